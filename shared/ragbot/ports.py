@@ -1,0 +1,152 @@
+"""Ports: the Protocols every adapter implements. Services depend on these, never on vendors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from ragbot.schemas.pages import Page, PageState
+
+Vector = npt.NDArray[np.float32]
+FilterValue = str | int | float | bool | list[str | int | float | bool]
+Filters = Mapping[str, FilterValue]
+
+
+@dataclass(slots=True)
+class StoredParagraph:
+    """One paragraph as written to a store: saved fields, vectors by vector-field name."""
+
+    doc_id: str
+    page_id: int
+    revision_id: int
+    paragraph: int
+    fields: dict[str, Any]
+    vectors: dict[str, Vector] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SearchHit:
+    """A paragraph found by a search: its id, the branch's raw score and its vector-free source."""
+
+    doc_id: str
+    score: float
+    source: dict[str, Any]
+
+    @property
+    def page_id(self) -> int:
+        """The page the paragraph belongs to."""
+        return int(self.source["page_id"])
+
+
+@runtime_checkable
+class SearchStore(Protocol):
+    """Where paragraphs live. Elasticsearch and the embedded store pass one contract suite."""
+
+    async def ensure_ready(self) -> None:
+        """Create indices/tables/templates if missing (idempotent)."""
+
+    async def ping(self) -> bool:
+        """True when the store answers (for /readyz)."""
+
+    async def replace_page(self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]) -> None:
+        """Write a revision's paragraphs, then drop every other revision of the page (never a gap)."""
+
+    async def delete_page(self, *, page_id: int) -> int:
+        """Remove a page from every shard; returns how many paragraphs went."""
+
+    async def page_state(self, *, page_id: int) -> PageState | None:
+        """The indexed revision, paragraph count and last update of a page, or None."""
+
+    async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
+        """Every paragraph of a page in paragraph order (score 0)."""
+
+    async def knn(
+        self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
+    ) -> list[SearchHit]:
+        """Top-k by cosine; score is cosine + 1 (the seed's scale, 0..2)."""
+
+    async def bm25(
+        self, *, query: str, k: int, fields: Sequence[str] | None = None, filters: Filters | None = None
+    ) -> list[SearchHit]:
+        """Top-k by BM25 over the text fields (Hebrew-aware analysis, same on every store)."""
+
+    async def get(self, *, doc_ids: Sequence[str]) -> list[SearchHit]:
+        """Paragraphs by id, in the order asked, missing ones left out."""
+
+    async def count(self) -> int:
+        """Number of paragraphs stored."""
+
+    async def close(self) -> None:
+        """Release connections and files."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """A text embedding model. ``warm_up`` loads it; construction never does."""
+
+    name: str
+
+    @property
+    def dimension(self) -> int:
+        """Vector size, read from the model."""
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest input the model takes, in its own tokens."""
+
+    def warm_up(self) -> None:
+        """Load the model (idempotent)."""
+
+    def count_tokens(self, text: str) -> int:
+        """Length of ``text`` in this model's tokens."""
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """L2-normalised query vectors, shape (n, dimension)."""
+
+    def embed_passages(self, texts: Sequence[str]) -> Vector:
+        """L2-normalised passage vectors, shape (n, dimension)."""
+
+    def close(self) -> None:
+        """Free the model."""
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """A cross-encoder scoring (query, passage) pairs jointly."""
+
+    def warm_up(self) -> None:
+        """Load the model (idempotent)."""
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One relevance score per passage, higher is better."""
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    """One message to an LLM."""
+
+    role: str
+    content: str
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """An LLM that streams text."""
+
+    async def stream(
+        self, *, messages: Sequence[ChatMessage], temperature: float = 0.0, max_tokens: int = 512
+    ) -> AsyncIterator[str]:
+        """Yield the answer's text pieces as they arrive."""
+        yield ""  # pragma: no cover
+
+
+@runtime_checkable
+class PageSource(Protocol):
+    """Where page content comes from (the wiki's content API)."""
+
+    async def fetch(self, *, page_id: int, callback_url: str) -> Page | None:
+        """The page, or None when the source says it left scope (404)."""

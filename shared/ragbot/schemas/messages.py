@@ -1,0 +1,58 @@
+"""Queue commands (imperative) and events (past tense). Versioned with ``v``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ragbot.schemas.pages import Page
+
+INDEX_PAGE_TASK = "embedder.index_page"
+DELETE_PAGE_TASK = "embedder.delete_page"
+
+
+class IndexPage(BaseModel):
+    """Index one page: fetch it from ``callback_url`` unless ``page`` carries it inline."""
+
+    v: Literal[1] = 1
+    job_id: str
+    page_id: int
+    revision_id: int
+    revision_date: datetime | None = None
+    callback_url: str | None = None
+    page: Page | None = None
+    request_id: str | None = None
+    force: bool = Field(default=False, description="re-embed even when this revision is indexed")
+
+
+class DeletePage(BaseModel):
+    """Remove a page from every shard."""
+
+    v: Literal[1] = 1
+    job_id: str
+    page_id: int
+    request_id: str | None = None
+
+
+class PageIndexed(BaseModel):
+    """Event: a page's revision is searchable."""
+
+    type: Literal["page.indexed"] = "page.indexed"
+    page_id: int
+    revision_id: int
+    paragraphs: int
+    indexed_at: datetime
+    lag_s: float | None = None
+    job_id: str | None = None
+
+
+class PageDeleted(BaseModel):
+    """Event: a page is gone from the index."""
+
+    type: Literal["page.deleted"] = "page.deleted"
+    page_id: int
+    deleted_at: datetime
+    reason: str = "deleted"
+    job_id: str | None = None

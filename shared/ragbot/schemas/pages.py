@@ -1,0 +1,117 @@
+"""Pages as every source produces them, the wiki's change ping, and a page's index state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PageSourceKind = Literal["wiki", "push", "upload", "file"]
+
+
+def parse_wiki_timestamp(value: str) -> datetime:
+    """MediaWiki's ``YYYYMMDDHHMMSS`` (UTC) or ISO 8601 into an aware datetime."""
+    value = value.strip()
+    if len(value) == 14 and value.isdigit():
+        return datetime.strptime(value, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class PageChangedPing(BaseModel):
+    """The ping ChatbotRagContent sends on save, delete and move (field names are the wiki's)."""
+
+    model_config = ConfigDict(extra="ignore")
+    page_id: int = Field(ge=1, description="MediaWiki page id")
+    revision_id: int = Field(ge=0, description="the revision that triggered the ping")
+    revision_date: datetime = Field(description="YYYYMMDDHHMMSS (UTC) or ISO 8601")
+    callback_url: str = Field(
+        min_length=8, max_length=2048, description="content API base; the page id is appended"
+    )
+
+    @field_validator("revision_date", mode="before")
+    @classmethod
+    def _parse_date(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return parse_wiki_timestamp(v)
+            except ValueError:
+                raise ValueError("revision_date must be YYYYMMDDHHMMSS or ISO 8601") from None
+        return v
+
+    @field_validator("callback_url")
+    @classmethod
+    def _http_only(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("callback_url must be an http(s) URL")
+        return v
+
+
+class Block(BaseModel):
+    """A run of text with where it sits: its heading path and, for files, its page or slide."""
+
+    text: str
+    heading: str = ""
+    location: str | None = Field(default=None, description="e.g. 'page 3' or 'slide 2' for uploads")
+    is_table: bool = False
+
+
+class Page(BaseModel):
+    """The one internal shape of a page, whatever its source."""
+
+    v: Literal[1] = 1
+    page_id: int = Field(ge=0)
+    revision_id: int = Field(ge=0)
+    revision_date: datetime | None = None
+    title: str = ""
+    url: str | None = None
+    content: str = ""
+    summary: str | None = None
+    namespace: int | None = None
+    categories: list[str] = Field(default_factory=list)
+    source: PageSourceKind = "wiki"
+    blocks: list[Block] | None = Field(
+        default=None, description="pre-split blocks (uploads); when absent, content is split"
+    )
+    extra: dict[str, Any] = Field(default_factory=dict, description="other saved fields by name")
+
+    @field_validator("revision_date", mode="before")
+    @classmethod
+    def _parse_date(cls, v: Any) -> Any:
+        return parse_wiki_timestamp(v) if isinstance(v, str) and v else (v or None)
+
+    @classmethod
+    def from_wiki_content(cls, body: dict[str, Any]) -> Page:
+        """Build a page from the content API's body (``GET callback_url + page_id``)."""
+        known = {
+            "page_id", "revision_id", "revision_date", "title", "url", "content", "summary",
+            "namespace", "categories",
+        }
+        categories = body.get("categories") or []
+        if isinstance(categories, str):
+            categories = [categories]
+        return cls(
+            page_id=int(body["page_id"]),
+            revision_id=int(body.get("revision_id") or 0),
+            revision_date=body.get("revision_date") or None,
+            title=str(body.get("title") or ""),
+            url=body.get("url"),
+            content=str(body.get("content") or ""),
+            summary=body.get("summary"),
+            namespace=body.get("namespace"),
+            categories=[str(c) for c in categories],
+            source="wiki",
+            extra={k: v for k, v in body.items() if k not in known and k != "contentHtml"},
+        )
+
+
+class PageState(BaseModel):
+    """What the index holds for a page."""
+
+    page_id: int
+    revision_id: int
+    paragraphs: int
+    paragraphs_per_model: dict[str, int] = Field(default_factory=dict)
+    last_update: datetime | None = None
+    title: str | None = None
