@@ -84,6 +84,7 @@ class WorkerSettings(BaseSettings):
     retry_backoff_s: float = 1.0
     retry_backoff_max_s: float = 60.0
     concurrency: int = 1
+    metrics_host: str = "127.0.0.1"
     metrics_port: int = 9101
     paragraph_tokens: int = Field(default=512, ge=16, le=8192)
     queue: str = "ragbot.index"
@@ -97,15 +98,81 @@ class RetrieverSettings(BaseSettings):
     port: int = 8002
     default_retrieval_size: int = 50
     max_query_chars: int = 2000
+    # Retrieval defaults, used when a request leaves them out (see ragbot.fusion for the methods).
+    default_mode: Literal["semantic", "lexical", "hybrid"] = "hybrid"
+    default_fusion: Literal["rrf", "page_rrf", "score"] = "rrf"
+    rrf_k: int = Field(default=60, ge=1, le=10000)
+    bm25_weight: float = Field(default=1.0, ge=0.0)
+    # Rerank (when a reranker is configured): top N fused paragraphs, then floor and gap-ratio cutoff.
+    # reranker_path: a cross-encoder folder (`ragbot train-reranker` writes one); unset = no rerank.
+    reranker_path: Path | None = None
+    reranker_max_length: int | None = Field(default=None, ge=16, le=8192)
+    default_rerank: bool = True
+    rerank_top_n: int = Field(default=20, ge=1, le=1000)
+    rerank_min_score: float | None = None
+    rerank_gap_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
+    store_timeout_s: float = Field(default=10.0, gt=0)
+    embed_timeout_s: float = Field(default=30.0, gt=0)
 
 
 class ChatSettings(BaseSettings):
-    """The chat service."""
+    """The chat service: the LLM, sessions, answer modes, prompts and the Kol-Zchut contract."""
 
     model_config = _config("RAGBOT_CHAT_")
     host: str = "127.0.0.1"
     port: int = 8003
     retriever_url: str = "http://127.0.0.1:8002"
+    retriever_timeout_s: float = Field(default=30.0, gt=0)
+    # The LLM: the embedded llama.cpp runtime (no server needed), Ollama, or any OpenAI-compatible server.
+    llm_backend: Literal["llamacpp", "ollama", "openai"] = "llamacpp"
+    # Model name sent to the server (ollama/openai); for llamacpp only a label (empty: the file's name).
+    llm_model: str = ""
+    # Ollama: http://127.0.0.1:11434; OpenAI-compatible: the base URL ending in /v1.
+    llm_url: str = ""
+    llm_api_key: SecretStr | None = None
+    llm_connect_timeout_s: float = Field(default=5.0, gt=0)
+    llm_first_token_timeout_s: float = Field(default=120.0, gt=0)
+    llm_idle_timeout_s: float = Field(default=30.0, gt=0)
+    llm_total_timeout_s: float = Field(default=300.0, gt=0)
+    llm_max_tokens: int = Field(default=512, ge=1, le=32768)
+    llm_temperature: float = Field(default=0.2, ge=0.0, le=2.0)
+    # Embedded llama.cpp: a GGUF file (empty: the packaged SmolLM2-135M-Instruct), threads (0: auto),
+    # parallel slots and context tokens per slot.
+    llamacpp_model_path: Path | None = None
+    llamacpp_threads: int = Field(default=0, ge=0, le=256)
+    llamacpp_parallel: int = Field(default=4, ge=1, le=64)
+    llamacpp_context_tokens: int = Field(default=4096, ge=256, le=131072)
+    llamacpp_cache_prompt: bool = True
+    # Sessions in Redis: lifetime (refreshed on every turn), turns kept, turns sent to the LLM.
+    session_ttl_s: int = Field(default=86400, ge=60)
+    max_turns: int = Field(default=20, ge=1, le=1000)
+    history_turns: int = Field(default=3, ge=0, le=100)
+    # Answers kept for feedback and Kol-Zchut ratings.
+    message_ttl_s: int = Field(default=30 * 86400, ge=60)
+    max_question_chars: int = Field(default=1000, ge=1, le=100000)
+    default_mode: Literal["strict", "grounded", "open"] = "grounded"
+    default_language: Literal["auto", "he", "en"] = "auto"
+    # A folder of prompt files (<language>/<name>.txt) overriding the packaged ones, file by file.
+    prompts_dir: Path | None = None
+    # The fixed answer when strict mode finds nothing relevant, per language (empty: the prompt file).
+    no_documents_answer: dict[str, str] = Field(default_factory=dict)
+    # Retrieval for chat: candidates per branch, pages and paragraphs per page, minimum confidence 0..1.
+    retrieval_size: int = Field(default=50, ge=1, le=1000)
+    paragraphs_per_page: list[int] = Field(default_factory=lambda: [3, 2, 1], min_length=1)
+    relevance_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    context_max_chars: int = Field(default=6000, ge=200)
+    # The document field whose text goes to the LLM (the definition's field_for_llm).
+    document_text_field: str = "content"
+    rewrite_followups: bool = True
+    rewrite_max_tokens: int = Field(default=64, ge=8, le=1024)
+    sse_ping_s: float = Field(default=15.0, gt=0)
+    # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
+    # configured one), those that ignore temperature, largest num_of_pages.
+    kolzchut_mode: Literal["strict", "grounded", "open"] = "strict"
+    available_models: list[str] = Field(default_factory=list)
+    models_without_temperature: list[str] = Field(default_factory=list)
+    max_num_of_pages: int = Field(default=10, ge=1, le=100)
 
 
 class ObservabilitySettings(BaseSettings):

@@ -1,0 +1,1 @@
+"""ragbot ingest: wiki change pings, page pushes and deletes, job status and dead-letter retries."""

@@ -1,0 +1,73 @@
+# ragbot developer commands: `make setup` once, then `make test` or `make run`. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# uv from PATH, else the copy `make setup` installs with pip. Its cache stays in ~/.cache/uv (outside
+# the clone), so CI keeps torch and friends between runs.
+UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
+COMPOSE ?= docker compose
+REDIS_PORT ?= 6390
+ES_PORT ?= 9250
+PYTEST_ARGS ?=
+LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
+export REDIS_PORT ES_PORT
+
+.PHONY: help setup deps run test test-unit lint format bench up down services-up services-down \
+	services-status clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
+
+setup: ## install uv if missing, then the whole workspace into .venv from uv.lock
+	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 \
+		|| python3 -m pip install --quiet uv \
+		|| python3 -m pip install --quiet --user --break-system-packages uv
+	@if [ -f uv.lock ]; then $(UV) sync --frozen; else $(UV) sync; fi
+
+deps: ## install Redis, curl, unzip, a JDK and promtool when missing (apt-get as root, else a message)
+	@bash scripts/services.sh deps
+
+run: setup ## start Redis and the four services locally, index the sample pages, print the URLs
+	$(UV) run python scripts/run.py
+
+test: setup deps ## start real Redis + Elasticsearch, run every test, stop what was started
+	@export RAGBOT_SERVICES_OWNER="make-test-$$$$"; \
+	trap 'bash scripts/services.sh down' EXIT; \
+	bash scripts/services.sh up; \
+	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
+		$(UV) run pytest $(PYTEST_ARGS)
+
+test-unit: setup ## the fast tests: no services needed
+	$(UV) run pytest tests/unit $(PYTEST_ARGS)
+
+lint: ## ruff check, ruff format --check, mypy --strict
+	$(UV) run ruff check
+	$(UV) run ruff format --check
+	$(UV) run mypy --strict $(LINT_PATHS)
+
+format: ## apply ruff's fixes and formatting
+	$(UV) run ruff check --fix
+	$(UV) run ruff format
+
+bench: ## run the benchmarks (bench/run_all.py)
+	$(UV) run python bench/run_all.py
+
+up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)
+	$(COMPOSE) up -d --build --wait
+
+down: ## stop the Docker stack (volumes are kept)
+	$(COMPOSE) down
+
+services-up: ## start Redis and Elasticsearch without Docker (scripts/services.sh)
+	@bash scripts/services.sh up
+
+services-down: ## stop what services-up started
+	@bash scripts/services.sh down
+
+services-status: ## what answers on the Redis and Elasticsearch ports
+	@bash scripts/services.sh status
+
+clean: ## remove caches and build outputs (keeps .venv, var/ data and downloaded services)
+	rm -rf .mypy_cache .ruff_cache .pytest_cache build dist shared/dist test-artifacts
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,265 @@
+"""``make run``: Redis if needed, the services as local processes, the sample pages indexed by pinging.
+
+Starts Redis through ``scripts/services.sh up`` on 6379 unless ``RAGBOT_REDIS_URL`` is set, then ingest,
+the embedder worker, the retriever and (when present) chat with the embedded store at
+``var/ragbot.sqlite3``; waits for each health endpoint; serves ``samples/kolzchut/pages.jsonl`` from a
+local wiki on 127.0.0.1:8090 that answers like the content API; pings ingest for every sample page
+(the real ping path); waits until every job has ended; prints the URLs and an example query. Ctrl-C
+or SIGTERM stops everything it started. Logs go to ``var/log/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.fake_wiki import FakeWiki, load_pages  # noqa: E402
+from support.processes import ServiceProcess  # noqa: E402
+
+from ragbot.settings import (  # noqa: E402
+    get_chat_settings,
+    get_ingest_settings,
+    get_retriever_settings,
+    get_worker_settings,
+)
+
+DEFAULT_REDIS_PORT = 6379
+SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
+START_TIMEOUT_S = 300.0
+INDEX_TIMEOUT_S = 600.0
+
+
+class Stop(Exception):
+    """Raised by the signal handlers to unwind and stop every child."""
+
+
+def say(message: str = "") -> None:
+    """Write a line for the person at the terminal."""
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+def _on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
+def ensure_redis(owner: str) -> tuple[str, bool]:
+    """The Redis URL to use, and whether this run started Redis (and so must stop it)."""
+    url = os.environ.get("RAGBOT_REDIS_URL")
+    if url:
+        say(f"redis: using RAGBOT_REDIS_URL={url}")
+        return url, False
+    env = {
+        **os.environ,
+        "RAGBOT_SERVICES": "redis",
+        "REDIS_PORT": str(DEFAULT_REDIS_PORT),
+        "RAGBOT_SERVICES_OWNER": owner,
+    }
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "up"], env=env, check=False)
+    if result.returncode != 0:
+        raise SystemExit("could not start Redis (see the message above), or set RAGBOT_REDIS_URL")
+    return f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", True
+
+
+def stop_redis(owner: str) -> None:
+    """Stop the Redis this run started (services.sh only stops what carries our owner tag)."""
+    env = {
+        **os.environ,
+        "RAGBOT_SERVICES": "redis",
+        "REDIS_PORT": str(DEFAULT_REDIS_PORT),
+        "RAGBOT_SERVICES_OWNER": owner,
+    }
+    subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "down"], env=env, check=False)
+
+
+def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
+    """The children's environment: ours plus the local defaults of `make run`."""
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["RAGBOT_REDIS_URL"] = redis_url
+    env["RAGBOT_STORE_BACKEND"] = "embedded"
+    env["RAGBOT_STORE_EMBEDDED_PATH"] = str(var / "ragbot.sqlite3")
+    env["RAGBOT_PROMETHEUS_MULTIPROC_DIR"] = str(var / "metrics" / "embedder")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    allowed = json.loads(env.get("RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS", "[]") or "[]")
+    if wiki_host not in allowed and "*" not in allowed:
+        env["RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"] = json.dumps([*allowed, wiki_host, "localhost"])
+    return env
+
+
+def build_services(env: dict[str, str], logs: Path) -> list[ServiceProcess]:
+    """Ingest, worker, retriever and chat (when its package has an entry point)."""
+    ingest, worker, retriever = get_ingest_settings(), get_worker_settings(), get_retriever_settings()
+    services = [
+        ServiceProcess(
+            name="ingest",
+            module="ragbot_ingest",
+            env=env,
+            health_url=f"http://127.0.0.1:{ingest.port}/healthz",
+            log_path=logs / "ingest.log",
+            cwd=ROOT,
+        ),
+        ServiceProcess(
+            name="embedder",
+            module="ragbot_embedder",
+            env=env,
+            health_url=f"http://127.0.0.1:{worker.metrics_port}/readyz",
+            log_path=logs / "embedder.log",
+            cwd=ROOT,
+        ),
+        ServiceProcess(
+            name="retriever",
+            module="ragbot_retriever",
+            env=env,
+            health_url=f"http://127.0.0.1:{retriever.port}/healthz",
+            log_path=logs / "retriever.log",
+            cwd=ROOT,
+        ),
+    ]
+    if importlib.util.find_spec("ragbot_chat.__main__") is not None:
+        chat = get_chat_settings()
+        services.append(
+            ServiceProcess(
+                name="chat",
+                module="ragbot_chat",
+                env=env,
+                health_url=f"http://127.0.0.1:{chat.port}/healthz",
+                log_path=logs / "chat.log",
+                cwd=ROOT,
+            )
+        )
+    return services
+
+
+def index_samples(*, ingest_url: str, wiki: FakeWiki, pages: list[dict[str, object]]) -> dict[str, int]:
+    """Ping ingest for every sample page and wait until every job has ended; returns states counted."""
+    job_ids: list[str] = []
+    with httpx.Client(base_url=ingest_url, timeout=30.0) as client:
+        for page in pages:
+            response = client.post("/v1/pages/changed", json=wiki.ping(int(str(page["page_id"]))))
+            response.raise_for_status()
+            job_ids.append(response.json()["job_id"])
+        say(f"pinged ingest for {len(job_ids)} sample pages; waiting for the embedder")
+        deadline = time.monotonic() + INDEX_TIMEOUT_S
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            for job_id in job_ids:
+                if states.get(job_id) in ("done", "skipped", "failed"):
+                    continue
+                record = client.get(f"/v1/jobs/{job_id}").json()
+                states[job_id] = record["state"]
+                if record["state"] == "failed":
+                    say(f"  job {job_id} (page {record['page_id']}) failed: {record['error']}")
+            if all(s in ("done", "skipped", "failed") for s in states.values()) and len(states) == len(
+                job_ids
+            ):
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"indexing did not finish in {INDEX_TIMEOUT_S:.0f} s; see var/log/embedder.log")
+    counts: dict[str, int] = {}
+    for state in states.values():
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def wait_forever(services: list[ServiceProcess]) -> None:
+    """Block until a signal arrives; leave if a service dies."""
+    while True:
+        for proc in services:
+            if not proc.alive():
+                raise SystemExit(f"{proc.name} stopped unexpectedly:\n{proc.log_tail()}")
+        time.sleep(1.0)
+
+
+def print_urls(services: list[ServiceProcess], wiki: FakeWiki, retriever_port: int) -> None:
+    """The URLs and an example query."""
+    say()
+    say("ragbot is running:")
+    for proc in services:
+        say(f"  {proc.name:<10} {proc.health_url.rsplit('/', 1)[0]}   (log: {proc.log_path})")
+    say(f"  {'wiki':<10} {wiki.base_url}   (sample pages, content API shape)")
+    say()
+    say("Try a search:")
+    query = json.dumps(
+        {"query": "פטור ממס הכנסה לעיוורים", "paragraphs_per_page": [3, 2, 1]}, ensure_ascii=False
+    )
+    say(
+        f"  curl -s -X POST http://127.0.0.1:{retriever_port}/v1/retrieve "
+        f"-H 'Content-Type: application/json' -d '{query}'"
+    )
+    say()
+    say("Press Ctrl-C to stop everything.")
+
+
+def main() -> int:
+    """Run the local stack until interrupted."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--wiki-port", type=int, default=8090, help="port of the local sample wiki")
+    parser.add_argument("--no-index", action="store_true", help="start the services but ping nothing")
+    args = parser.parse_args()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    owner = f"make-run-{os.getpid()}"
+    var = ROOT / "var"
+    var.mkdir(exist_ok=True)
+    services: list[ServiceProcess] = []
+    wiki: FakeWiki | None = None
+    started_redis = False
+    try:
+        redis_url, started_redis = ensure_redis(owner)
+        env = service_env(redis_url, var, "127.0.0.1")
+        services = build_services(env, var / "log")
+        for proc in services:
+            proc.log_path.unlink(missing_ok=True)  # one run per log file
+        for proc in services:
+            say(f"starting {proc.name} (python -m {proc.module})")
+            proc.start()
+        for proc in services:
+            proc.wait_healthy(timeout_s=START_TIMEOUT_S)
+            say(f"{proc.name} is up: {proc.health_url}")
+        pages = load_pages(SAMPLES)
+        wiki = FakeWiki(pages, host="127.0.0.1", port=args.wiki_port).start()
+        if not args.no_index:
+            counts = index_samples(
+                ingest_url=services[0].health_url.rsplit("/", 1)[0], wiki=wiki, pages=pages
+            )
+            say("sample pages: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+        print_urls(services, wiki, get_retriever_settings().port)
+        wait_forever(services)
+    except Stop as stop:
+        say(f"\n{stop}: stopping")
+    except RuntimeError as exc:  # a service did not come up: its log tail is in the message
+        say(str(exc))
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for proc in reversed(services):
+            code = proc.stop()
+            say(f"stopped {proc.name} (exit {code})")
+        if wiki is not None:
+            wiki.stop()
+        if started_redis:
+            stop_redis(owner)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,440 @@
+#!/usr/bin/env bash
+# Real Redis and Elasticsearch for `make test` and `make run`, without Docker.
+#
+#   scripts/services.sh up       start what is not answering yet (a port that answers is reused)
+#   scripts/services.sh down     stop what `up` started (pid files in the run dir), nothing else
+#   scripts/services.sh status   say what answers and what `up` started
+#   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool)
+#
+# Knobs (environment, defaults in brackets):
+#   RAGBOT_SERVICES       which services up/down/status handle ["redis es"]
+#   REDIS_PORT            Redis port on 127.0.0.1 [6390]
+#   ES_PORT               Elasticsearch HTTP port on 127.0.0.1 [9250]
+#   ES_TRANSPORT_PORT     Elasticsearch transport port [ES_PORT + 100, so 9350]
+#   ES_HEAP               Elasticsearch heap, -Xms and -Xmx [512m]
+#   ES_VERSION            integ-test-zip version from Maven Central [8.19.21, keep equal to compose.yaml]
+#   ES_JAVA_HOME          JDK for Elasticsearch [a JDK 17+ under /usr/lib/jvm, 17 preferred for 8.x]
+#   ES_START_TIMEOUT      seconds to wait for yellow health [180]
+#   RAGBOT_RUN_DIR        pid files, logs and data [root: /var/cache/ragbot/run; else <cache>/run]
+#   RAGBOT_SERVICES_OWNER tag written by `up`; a `down` that sets it only stops what carries the same tag
+#
+# Downloads are cached in ${XDG_CACHE_HOME:-$HOME/.cache}/ragbot. Elasticsearch refuses to run as root:
+# as root it runs as the system user `ragbot-es` from /var/cache/ragbot (root's $HOME is private).
+set -euo pipefail
+
+RAGBOT_SERVICES=${RAGBOT_SERVICES:-"redis es"}
+REDIS_PORT=${REDIS_PORT:-6390}
+ES_PORT=${ES_PORT:-9250}
+ES_TRANSPORT_PORT=${ES_TRANSPORT_PORT:-$((ES_PORT + 100))}
+ES_HEAP=${ES_HEAP:-512m}
+ES_VERSION=${ES_VERSION:-8.19.21}
+ES_START_TIMEOUT=${ES_START_TIMEOUT:-180}
+ES_USER=ragbot-es
+CACHE_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/ragbot
+ES_ZIP_URL="https://repo1.maven.org/maven2/org/elasticsearch/distribution/integ-test-zip/elasticsearch/${ES_VERSION}/elasticsearch-${ES_VERSION}.zip"
+
+if [[ $(id -u) -eq 0 ]]; then
+    IS_ROOT=1
+    ES_BASE=/var/cache/ragbot
+else
+    IS_ROOT=0
+    ES_BASE=$CACHE_DIR
+fi
+ES_HOME=$ES_BASE/elasticsearch-$ES_VERSION
+RUN_DIR=${RAGBOT_RUN_DIR:-$ES_BASE/run}
+APT_UPDATED=0
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+# --- installing what is missing -------------------------------------------------------------------
+
+apt_install() {
+    # Debian packages; root only. Keeps package scripts from starting system daemons (no policy-rc.d
+    # of our own is left behind).
+    if [[ $IS_ROOT -ne 1 ]]; then
+        die "missing: $*. Install it with: sudo apt-get install -y $* (or run this script as root)"
+    fi
+    command -v apt-get >/dev/null || die "missing: $*, and apt-get is not available: install it by hand"
+    local policy=/usr/sbin/policy-rc.d own_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1
+    fi
+    if [[ $APT_UPDATED -eq 0 ]]; then
+        log "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get install -y $*"
+    local rc=0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null || rc=$?
+    [[ $own_policy -eq 1 ]] && rm -f "$policy"
+    [[ $rc -eq 0 ]] || die "apt-get install $* failed (exit $rc)"
+}
+
+need_cmd() {
+    # need_cmd <command> <debian package>
+    command -v "$1" >/dev/null && return 0
+    apt_install "$2"
+    command -v "$1" >/dev/null || die "$2 is installed but $1 is still not on PATH"
+}
+
+# --- small helpers --------------------------------------------------------------------------------
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+
+pid_matches() {
+    # pid_matches <pid> <pattern>: the process still runs the program we started (pids get reused).
+    [[ -r /proc/$1/cmdline ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q -- "$2"
+}
+
+wait_gone() {
+    # wait_gone <pid> <seconds>: SIGTERM was sent; escalate to SIGKILL at the deadline.
+    local pid=$1 deadline=$((SECONDS + $2))
+    while pid_alive "$pid"; do
+        if ((SECONDS >= deadline)); then
+            log "pid $pid did not stop in $2 s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            break
+        fi
+        sleep 0.2
+    done
+}
+
+owned_by_caller() {
+    # A `down` with RAGBOT_SERVICES_OWNER set only stops what an `up` with the same tag started.
+    local owner_file=$1
+    [[ -z ${RAGBOT_SERVICES_OWNER:-} ]] && return 0
+    [[ -f $owner_file && $(cat "$owner_file") == "$RAGBOT_SERVICES_OWNER" ]]
+}
+
+as_es_user() {
+    if [[ $IS_ROOT -eq 1 ]]; then
+        runuser -u "$ES_USER" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# --- Redis ----------------------------------------------------------------------------------------
+
+redis_dir() { echo "$RUN_DIR/redis-$REDIS_PORT"; }
+
+redis_answers() { [[ $(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+
+redis_up() {
+    need_cmd redis-server redis-server
+    need_cmd redis-cli redis-tools
+    if redis_answers; then
+        log "redis: 127.0.0.1:$REDIS_PORT already answers; reusing it"
+        return 0
+    fi
+    port_open "$REDIS_PORT" && die "redis: port $REDIS_PORT is taken by something that is not Redis"
+    local dir
+    dir=$(redis_dir)
+    mkdir -p "$dir"
+    rm -f "$dir/redis.pid" "$dir/owner"
+    # No persistence: tests and `make run` need a clean broker, not a durable one.
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --daemonize yes --pidfile "$dir/redis.pid" \
+        --logfile "$dir/redis.log" --dir "$dir" --save '' --appendonly no
+    local deadline=$((SECONDS + 30))
+    until redis_answers; do
+        if ((SECONDS >= deadline)); then
+            tail -n 30 "$dir/redis.log" >&2 || true
+            die "redis: no PONG on 127.0.0.1:$REDIS_PORT after 30 s (log: $dir/redis.log)"
+        fi
+        sleep 0.1
+    done
+    echo "${RAGBOT_SERVICES_OWNER:-manual}" >"$dir/owner"
+    log "redis: started on 127.0.0.1:$REDIS_PORT (pid $(cat "$dir/redis.pid" 2>/dev/null || echo '?'))"
+}
+
+redis_down() {
+    local dir pid
+    dir=$(redis_dir)
+    if [[ ! -f $dir/redis.pid ]]; then
+        log "redis: nothing on port $REDIS_PORT was started by 'up'; leaving it"
+        return 0
+    fi
+    if ! owned_by_caller "$dir/owner"; then
+        log "redis: port $REDIS_PORT was started by another 'up' ($(cat "$dir/owner" 2>/dev/null)); leaving it"
+        return 0
+    fi
+    pid=$(cat "$dir/redis.pid")
+    if pid_alive "$pid" && pid_matches "$pid" redis-server; then
+        kill -TERM "$pid"
+        wait_gone "$pid" 20
+        log "redis: stopped (pid $pid)"
+    else
+        log "redis: pid $pid is not running any more"
+    fi
+    rm -f "$dir/redis.pid" "$dir/owner"
+}
+
+redis_status() {
+    local dir state
+    dir=$(redis_dir)
+    if command -v redis-cli >/dev/null && redis_answers; then state=answers; else state="not answering"; fi
+    if [[ -f $dir/redis.pid ]]; then
+        echo "redis  127.0.0.1:$REDIS_PORT  $state  started by up (pid $(cat "$dir/redis.pid"), owner $(cat "$dir/owner" 2>/dev/null || echo '?'))"
+    else
+        echo "redis  127.0.0.1:$REDIS_PORT  $state"
+    fi
+    [[ $state == answers ]]
+}
+
+# --- Elasticsearch --------------------------------------------------------------------------------
+
+es_dir() { echo "$RUN_DIR/es-$ES_PORT"; }
+
+es_health() { curl -fsS -m "${2:-5}" "http://127.0.0.1:$ES_PORT/_cluster/health${1:-}" 2>/dev/null; }
+
+es_answers() { es_health "" | grep -q '"cluster_name"'; }
+
+java_major() {
+    # The major version of the JDK at $1, from its `release` file ("17.0.13" -> 17, "1.8.0" -> 8).
+    local v
+    v=$(sed -n 's/^JAVA_VERSION="\([^"]*\)".*/\1/p' "$1/release" 2>/dev/null)
+    [[ -n $v ]] || v=$("$1/bin/java" -version 2>&1 | sed -n '1s/.*version "\([^"]*\)".*/\1/p')
+    v=${v#1.}
+    echo "${v%%[^0-9]*}"
+}
+
+es_java_home() {
+    # Elasticsearch 8.x supports JDK 17 and 21; 9.x needs 21+.
+    local min=17 prefer=17 best="" best_major=0 d m
+    [[ ${ES_VERSION%%.*} -ge 9 ]] && min=21 prefer=21
+    if [[ -n ${ES_JAVA_HOME:-} ]]; then
+        [[ -x $ES_JAVA_HOME/bin/java ]] || die "ES_JAVA_HOME=$ES_JAVA_HOME has no bin/java"
+        echo "$ES_JAVA_HOME"
+        return 0
+    fi
+    for d in /usr/lib/jvm/*; do
+        [[ -x $d/bin/java && ! -L $d ]] || continue
+        m=$(java_major "$d")
+        if [[ -z $m ]] || ((m < min)); then continue; fi
+        if [[ $m -eq $prefer ]]; then
+            echo "$d"
+            return 0
+        fi
+        if [[ -z $best ]] || ((m < best_major)); then best=$d best_major=$m; fi
+    done
+    [[ -n $best ]] && {
+        echo "$best"
+        return 0
+    }
+    return 1
+}
+
+es_need_java() {
+    local jh
+    if ! jh=$(es_java_home); then
+        apt_install "openjdk-$((${ES_VERSION%%.*} >= 9 ? 21 : 17))-jre-headless"
+        jh=$(es_java_home) || die "no JDK >= 17 under /usr/lib/jvm; set ES_JAVA_HOME"
+    fi
+    echo "$jh"
+}
+
+es_download() {
+    # The integ-test-zip from Maven Central, verified against Maven's .sha1; cached outside the clone.
+    local zip=$CACHE_DIR/elasticsearch-$ES_VERSION.zip
+    mkdir -p "$CACHE_DIR"
+    if [[ ! -s $zip.sha1 ]]; then
+        curl -fsSL --retry 3 -o "$zip.sha1.part" "$ES_ZIP_URL.sha1" || die "cannot download $ES_ZIP_URL.sha1"
+        mv "$zip.sha1.part" "$zip.sha1"
+    fi
+    local want
+    want=$(head -c 40 "$zip.sha1")
+    if [[ -f $zip && $(sha1sum "$zip" | cut -d' ' -f1) == "$want" ]]; then
+        return 0
+    fi
+    log "elasticsearch: downloading $ES_ZIP_URL"
+    curl -fsSL --retry 3 -o "$zip.part" "$ES_ZIP_URL" || die "cannot download $ES_ZIP_URL"
+    [[ $(sha1sum "$zip.part" | cut -d' ' -f1) == "$want" ]] || {
+        rm -f "$zip.part"
+        die "elasticsearch: $ES_ZIP_URL does not match its .sha1"
+    }
+    mv "$zip.part" "$zip"
+}
+
+es_install() {
+    [[ -x $ES_HOME/bin/elasticsearch ]] && return 0
+    need_cmd unzip unzip
+    es_download
+    mkdir -p "$ES_BASE"
+    chmod 755 "$ES_BASE"
+    local tmp
+    tmp=$(mktemp -d "$ES_BASE/.unpack.XXXXXX")
+    unzip -q "$CACHE_DIR/elasticsearch-$ES_VERSION.zip" -d "$tmp"
+    [[ -d $tmp/elasticsearch-$ES_VERSION ]] || die "elasticsearch: unexpected zip layout in $tmp"
+    mv "$tmp/elasticsearch-$ES_VERSION" "$ES_HOME"
+    rmdir "$tmp"
+    [[ $IS_ROOT -eq 1 ]] && chown -R "$ES_USER:" "$ES_HOME"
+    log "elasticsearch: unpacked into $ES_HOME"
+}
+
+es_ensure_user() {
+    [[ $IS_ROOT -eq 1 ]] || return 0
+    id -u "$ES_USER" >/dev/null 2>&1 && return 0
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$ES_USER"
+    log "elasticsearch: created system user $ES_USER"
+}
+
+es_write_config() {
+    # A private config dir per node, so nodes never share or rewrite the distribution's config.
+    local dir=$1
+    mkdir -p "$dir/config/jvm.options.d" "$dir/data" "$dir/logs"
+    cp "$ES_HOME/config/jvm.options" "$ES_HOME/config/log4j2.properties" "$dir/config/"
+    cat >"$dir/config/elasticsearch.yml" <<EOF
+# Written by scripts/services.sh for a throwaway test node; every start gets a fresh data dir.
+cluster.name: ragbot-$ES_PORT
+node.name: ragbot-$ES_PORT
+network.host: 127.0.0.1
+http.port: $ES_PORT
+transport.port: $ES_TRANSPORT_PORT
+discovery.type: single-node
+path.data: $dir/data
+path.logs: $dir/logs
+xpack.security.enabled: false
+cluster.routing.allocation.disk.threshold_enabled: false
+EOF
+}
+
+es_fail() {
+    local dir=$1 pid
+    log "elasticsearch: $2; last log lines:"
+    tail -n 40 "$dir/logs/ragbot-$ES_PORT.log" "$dir/stdout.log" >&2 2>/dev/null || true
+    pid=$(cat "$dir/es.pid" 2>/dev/null || true)
+    if pid_alive "$pid" && pid_matches "$pid" org.elasticsearch; then
+        kill -TERM "$pid"
+        wait_gone "$pid" 30
+    fi
+    rm -f "$dir/es.pid" "$dir/owner"
+    die "elasticsearch did not start on 127.0.0.1:$ES_PORT (logs: $dir/logs)"
+}
+
+es_up() {
+    need_cmd curl curl
+    if es_answers; then
+        log "elasticsearch: 127.0.0.1:$ES_PORT already answers; reusing it"
+        return 0
+    fi
+    port_open "$ES_PORT" && die "elasticsearch: port $ES_PORT is taken by something that is not Elasticsearch"
+    port_open "$ES_TRANSPORT_PORT" && die "elasticsearch: transport port $ES_TRANSPORT_PORT is taken (set ES_TRANSPORT_PORT)"
+    local dir jh pid
+    dir=$(es_dir)
+    pid=$(cat "$dir/es.pid" 2>/dev/null || true)
+    if pid_alive "$pid" && pid_matches "$pid" org.elasticsearch; then
+        die "elasticsearch: pid $pid from an earlier 'up' runs but does not answer; run '$0 down' first"
+    fi
+    es_ensure_user
+    jh=$(es_need_java)
+    es_install
+    mkdir -p "$RUN_DIR"
+    chmod 755 "$RUN_DIR"
+    rm -rf "$dir"
+    es_write_config "$dir"
+    [[ $IS_ROOT -eq 1 ]] && chown -R "$ES_USER:" "$dir"
+    log "elasticsearch: starting $ES_VERSION on 127.0.0.1:$ES_PORT (java $jh, heap $ES_HEAP)"
+    local rc=0
+    (cd "$dir" && as_es_user env ES_JAVA_HOME="$jh" ES_JAVA_OPTS="-Xms$ES_HEAP -Xmx$ES_HEAP" \
+        ES_PATH_CONF="$dir/config" "$ES_HOME/bin/elasticsearch" -d -p "$dir/es.pid" >"$dir/stdout.log" 2>&1) || rc=$?
+    [[ $rc -eq 0 ]] || es_fail "$dir" "the launcher exited with $rc"
+    local deadline=$((SECONDS + ES_START_TIMEOUT))
+    until es_health "?wait_for_status=yellow&timeout=5s" 10 | grep -Eq '"status":"(yellow|green)"'; do
+        pid=$(cat "$dir/es.pid" 2>/dev/null || true)
+        [[ -z $pid ]] || pid_alive "$pid" || es_fail "$dir" "the node (pid $pid) exited"
+        ((SECONDS < deadline)) || es_fail "$dir" "no yellow health after $ES_START_TIMEOUT s"
+        sleep 0.5
+    done
+    echo "${RAGBOT_SERVICES_OWNER:-manual}" >"$dir/owner"
+    log "elasticsearch: started on http://127.0.0.1:$ES_PORT (pid $(cat "$dir/es.pid"))"
+}
+
+es_down() {
+    local dir pid
+    dir=$(es_dir)
+    if [[ ! -f $dir/es.pid ]]; then
+        log "elasticsearch: nothing on port $ES_PORT was started by 'up'; leaving it"
+        return 0
+    fi
+    if ! owned_by_caller "$dir/owner"; then
+        log "elasticsearch: port $ES_PORT was started by another 'up' ($(cat "$dir/owner" 2>/dev/null)); leaving it"
+        return 0
+    fi
+    pid=$(cat "$dir/es.pid")
+    if pid_alive "$pid" && pid_matches "$pid" org.elasticsearch; then
+        kill -TERM "$pid"
+        wait_gone "$pid" 60
+        log "elasticsearch: stopped (pid $pid)"
+    else
+        log "elasticsearch: pid $pid is not running any more"
+    fi
+    # The data dir is throwaway (the next `up` starts fresh); logs stay for post-mortems.
+    rm -rf "$dir/data" "$dir/es.pid" "$dir/owner"
+}
+
+es_status() {
+    local dir state
+    dir=$(es_dir)
+    if command -v curl >/dev/null && es_answers; then
+        state="answers ($(es_health "" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p'))"
+    else
+        state="not answering"
+    fi
+    if [[ -f $dir/es.pid ]]; then
+        echo "es     127.0.0.1:$ES_PORT  $state  started by up (pid $(cat "$dir/es.pid"), owner $(cat "$dir/owner" 2>/dev/null || echo '?'))"
+    else
+        echo "es     127.0.0.1:$ES_PORT  $state"
+    fi
+    [[ $state == answers* ]]
+}
+
+# --- commands -------------------------------------------------------------------------------------
+
+deps() {
+    need_cmd redis-server redis-server
+    need_cmd redis-cli redis-tools
+    need_cmd curl curl
+    need_cmd unzip unzip
+    need_cmd promtool prometheus
+    es_need_java >/dev/null
+    log "deps: redis-server, redis-cli, curl, unzip, promtool and a JDK are present"
+}
+
+for_each() {
+    local action=$1 svc rc=0
+    for svc in $RAGBOT_SERVICES; do
+        case $svc in
+        redis | es) "${svc}_$action" || rc=1 ;;
+        *) die "unknown service '$svc' in RAGBOT_SERVICES (known: redis es)" ;;
+        esac
+    done
+    return $rc
+}
+
+main() {
+    case ${1:-} in
+    up) for_each up ;;
+    down)
+        # Stop in reverse order; keep going if one fails so nothing is left behind.
+        local svc rc=0 reversed=""
+        for svc in $RAGBOT_SERVICES; do reversed="$svc $reversed"; done
+        RAGBOT_SERVICES=$reversed for_each down || rc=1
+        return $rc
+        ;;
+    status) for_each status ;;
+    deps) deps ;;
+    *)
+        sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+        exit 2
+        ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,21 @@
+"""``python -m ragbot_chat``: serve the chat service with uvicorn on the configured host and port."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from ragbot.observability.logging import configure_logging
+from ragbot.settings import get_chat_settings, get_observability_settings
+from ragbot_chat.app import SERVICE, create_app
+
+
+def main() -> None:
+    """Configure logging, build the app and serve it until interrupted."""
+    observability = get_observability_settings()
+    configure_logging(service=SERVICE, level=observability.log_level, json_lines=observability.log_json)
+    settings = get_chat_settings()
+    uvicorn.run(create_app(), host=settings.host, port=settings.port, log_config=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The chat service: the app factory and its composition root (the lifespan picks the adapters).
+
+``create_app()`` builds the real resources from settings when the app starts: the LLM adapter chosen
+by ``RAGBOT_CHAT_LLM_BACKEND`` (warmed up in a thread), the retriever's HTTP client, Redis for sessions
+and the Kol-Zchut config. Tests pass their own ``resources`` factory through the same door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+
+from ragbot.chat.kolzchut import ConfigStore, default_config
+from ragbot.chat.pipeline import ChatPipeline
+from ragbot.chat.retriever import HttpRetriever, Retriever
+from ragbot.chat.sessions import ChatStore
+from ragbot.llms import LLM, build_llm
+from ragbot.observability.http import setup_observability
+from ragbot.prompts import PromptLibrary
+from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
+from ragbot_chat.deps import Resources
+from ragbot_chat.routes import kolzchut_router, openai_router, router
+
+logger = logging.getLogger(__name__)
+SERVICE = "chat"
+
+ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
+
+
+def assemble(
+    *,
+    settings: ChatSettings,
+    llm: LLM,
+    retriever: Retriever,
+    redis_client: aioredis.Redis,
+    key_prefix: str,
+) -> Resources:
+    """Wire the stores, the Kol-Zchut config and the pipeline around the given adapters."""
+    prompts = PromptLibrary(settings.prompts_dir)
+    prompts.check()
+    store = ChatStore(
+        client=redis_client,
+        prefix=key_prefix,
+        session_ttl_s=settings.session_ttl_s,
+        max_turns=settings.max_turns,
+        message_ttl_s=settings.message_ttl_s,
+    )
+    models = settings.available_models or [llm.model]
+    configs = ConfigStore(
+        client=redis_client,
+        prefix=key_prefix,
+        defaults=default_config(
+            prompts=prompts,
+            model=llm.model if llm.model in models else models[0],
+            num_of_pages=min(len(settings.paragraphs_per_page), settings.max_num_of_pages),
+            temperature=settings.llm_temperature,
+            mode_name=settings.kolzchut_mode,
+        ),
+        available_models=models,
+        models_without_temperature=settings.models_without_temperature,
+        max_num_of_pages=settings.max_num_of_pages,
+    )
+    pipeline = ChatPipeline(llm=llm, retriever=retriever, prompts=prompts, settings=settings)
+    return Resources(
+        settings=settings,
+        llm=llm,
+        retriever=retriever,
+        store=store,
+        configs=configs,
+        prompts=prompts,
+        pipeline=pipeline,
+    )
+
+
+@asynccontextmanager
+async def build_resources(
+    *, settings: ChatSettings, redis_settings: RedisSettings
+) -> AsyncIterator[Resources]:
+    """The composition root: LLM (loaded in a thread), retriever client, Redis."""
+    llm = build_llm(settings=settings)
+    await asyncio.to_thread(llm.warm_up)
+    retriever = HttpRetriever(base_url=settings.retriever_url, timeout_s=settings.retriever_timeout_s)
+    redis_client = aioredis.Redis.from_url(
+        redis_settings.url,
+        socket_timeout=redis_settings.socket_timeout_s,
+        socket_connect_timeout=redis_settings.socket_timeout_s,
+    )
+    try:
+        yield assemble(
+            settings=settings,
+            llm=llm,
+            retriever=retriever,
+            redis_client=redis_client,
+            key_prefix=redis_settings.key_prefix,
+        )
+    finally:
+        await retriever.close()
+        await redis_client.aclose()
+        await llm.close()
+
+
+def default_resources() -> AbstractAsyncContextManager[Resources]:
+    """Real resources from the cached settings factories."""
+    return build_resources(settings=get_chat_settings(), redis_settings=get_redis_settings())
+
+
+def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
+    """The chat app; ``resources`` replaces the composition root (tests)."""
+    factory = resources or default_resources
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with factory() as res:
+            app.state.resources = res
+            yield
+            app.state.resources = None
+
+    app = FastAPI(title="ragbot chat", version="1", lifespan=lifespan)
+
+    def current() -> Resources | None:
+        res: Resources | None = getattr(app.state, "resources", None)
+        return res
+
+    async def redis_answers() -> bool:
+        res = current()
+        return res is not None and await res.store.ping()
+
+    async def llm_answers() -> bool:
+        res = current()
+        return res is not None and await res.llm.ping()
+
+    async def retriever_answers() -> bool:
+        res = current()
+        return res is not None and await res.retriever.ping()
+
+    setup_observability(
+        app,
+        service=SERVICE,
+        checks={"redis": redis_answers, "llm": llm_answers, "retriever": retriever_answers},
+    )
+    app.include_router(router)
+    app.include_router(openai_router)
+    app.include_router(kolzchut_router)
+    return app

@@ -1,0 +1,41 @@
+"""FastAPI dependencies: the resources the lifespan built, as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ragbot.chat.kolzchut import ConfigStore
+from ragbot.chat.pipeline import ChatPipeline
+from ragbot.chat.retriever import Retriever
+from ragbot.chat.sessions import ChatStore
+from ragbot.errors import DependencyUnavailable
+from ragbot.llms.base import LLM
+from ragbot.prompts import PromptLibrary
+from ragbot.settings import ChatSettings
+
+
+@dataclass(slots=True)
+class Resources:
+    """What the chat service holds for its lifetime."""
+
+    settings: ChatSettings
+    llm: LLM
+    retriever: Retriever
+    store: ChatStore
+    configs: ConfigStore
+    prompts: PromptLibrary
+    pipeline: ChatPipeline
+
+
+def get_resources(request: Request) -> Resources:
+    """The resources of this app (503 while the lifespan has not built them)."""
+    resources: Resources | None = getattr(request.app.state, "resources", None)
+    if resources is None:
+        raise DependencyUnavailable("the chat service is still starting", dependency="chat")
+    return resources
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]

@@ -1,0 +1,214 @@
+"""The Celery tasks ``embedder.index_page`` and ``embedder.delete_page``: validation, retries, dead letters.
+
+Each task validates its message, runs the service function on the process's event loop and maps the
+result onto the job record. Source and dependency errors (wiki 5xx/timeouts, store or Redis down)
+are retried with exponential backoff and jitter up to ``WorkerSettings.max_retries``; after the last
+retry, or at once for input we will never accept, the job is dead-lettered with its error and attempt
+count. Nothing a message contains can crash the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from celery import Celery, Task
+from celery.exceptions import Retry
+from pydantic import BaseModel, ValidationError
+
+from ragbot.errors import DependencyUnavailable, NotFound, SourceError
+from ragbot.observability.logging import request_id_scope
+from ragbot.queue import task_request_id
+from ragbot.schemas.jobs import JobState
+from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK, DeletePage, IndexPage
+from ragbot.settings import WorkerSettings
+from ragbot_embedder import service
+
+if TYPE_CHECKING:
+    from ragbot_embedder.worker import Runtime
+
+logger = logging.getLogger(__name__)
+C = TypeVar("C", bound=BaseModel)
+RETRYABLE: tuple[type[Exception], ...] = (SourceError, DependencyUnavailable)
+
+
+def backoff_s(
+    *, attempt: int, base_s: float, max_s: float, rng: Callable[[], float] = random.random
+) -> float:
+    """Exponential backoff capped at ``max_s``, with equal jitter (half fixed, half random)."""
+    delay = min(max_s, base_s * (2.0**attempt))
+    return delay / 2 + rng() * delay / 2
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A short metric label for why a task failed (``source_error``, ``store_unavailable`` ...)."""
+    if isinstance(exc, ValidationError):
+        return "invalid_message"
+    if isinstance(exc, DependencyUnavailable) and type(exc) is DependencyUnavailable:
+        return f"{exc.dependency}_unavailable"
+    name = type(exc).__name__
+    if not type(exc).__module__.startswith("ragbot"):
+        return "unexpected"
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class TaskRunner:
+    """Runs one command type: parse, execute, record the outcome, retry or dead-letter."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        model: type[C],
+        handler: Callable[..., Coroutine[Any, Any, service.Outcome]],
+        runtime: Callable[[], Runtime],
+        settings: WorkerSettings,
+    ) -> None:
+        self.name = name
+        self.model: type[BaseModel] = model
+        self.handler = handler
+        self.runtime = runtime
+        self.settings = settings
+
+    def __call__(self, task: Task[Any, Any], message: Any) -> str:
+        """The task body Celery calls; returns the final state's name."""
+        rid = task_request_id(task) or (message.get("request_id") if isinstance(message, dict) else None)
+        with request_id_scope(rid):
+            started = time.perf_counter()
+            outcome = JobState.failed.value
+            try:
+                outcome = self._run(task, message)
+                return outcome
+            except Retry:
+                outcome = JobState.retrying.value
+                raise
+            finally:
+                rt = self.runtime()
+                rt.ctx.metrics.task_duration.labels(self.name, outcome).observe(time.perf_counter() - started)
+
+    def _run(self, task: Task[Any, Any], message: Any) -> str:
+        rt = self.runtime()
+        job_id = message.get("job_id") if isinstance(message, dict) else None
+        job_id = job_id if isinstance(job_id, str) else None
+        attempt = int(task.request.retries or 0)
+        try:
+            command = self.model.model_validate(message)
+        except ValidationError as exc:
+            logger.error("invalid message dropped", extra={"task": self.name, "error": str(exc)})
+            return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
+        job_id = str(getattr(command, "job_id", job_id))
+        self._record(rt, job_id=job_id, state=JobState.running, attempts=attempt + 1)
+        try:
+            result = rt.run(self.handler(ctx=rt.ctx, command=command))
+        except RETRYABLE as exc:
+            if attempt < self.settings.max_retries:
+                delay = backoff_s(
+                    attempt=attempt,
+                    base_s=self.settings.retry_backoff_s,
+                    max_s=self.settings.retry_backoff_max_s,
+                )
+                reason = failure_reason(exc)
+                rt.ctx.metrics.retries.labels(self.name, reason).inc()
+                logger.warning(
+                    "task failed, retrying",
+                    extra={
+                        "task": self.name,
+                        "job_id": job_id,
+                        "attempt": attempt + 1,
+                        "delay_s": round(delay, 3),
+                        "error": f"{type(exc).__name__}: {exc}",
+                    },
+                )
+                self._record(
+                    rt,
+                    job_id=job_id,
+                    state=JobState.retrying,
+                    attempts=attempt + 1,
+                    error=f"{type(exc).__name__}: {exc}",
+                    detail=f"attempt {attempt + 1} of {self.settings.max_retries + 1} failed; "
+                    f"retry in {delay:.2f} s",
+                )
+                raise task.retry(countdown=delay, max_retries=self.settings.max_retries) from None
+            return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
+        except Exception as exc:  # bad input or a bug: dead-letter it, keep the worker alive
+            return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
+        self._record(
+            rt,
+            job_id=job_id,
+            state=result.state,
+            error=None,
+            detail=result.detail,
+            revision_id=result.revision_id,
+        )
+        logger.info(
+            "task %s",
+            result.state.value,
+            extra={"task": self.name, "job_id": job_id, "detail": result.detail},
+        )
+        return result.state.value
+
+    def _fail(self, rt: Runtime, *, job_id: str | None, exc: BaseException, attempts: int) -> str:
+        reason = failure_reason(exc)
+        error = f"{type(exc).__name__}: {exc}"
+        rt.ctx.metrics.failures.labels(self.name, reason).inc()
+        logger.error(
+            "task failed for good",
+            extra={
+                "task": self.name,
+                "job_id": job_id,
+                "reason": reason,
+                "attempts": attempts,
+                "error": error,
+            },
+            exc_info=reason == "unexpected",
+        )
+        if job_id is None:
+            return JobState.failed.value
+        try:
+            rt.run(rt.ctx.jobs.dead_letter(job_id=job_id, error=error, attempts=attempts))
+            rt.ctx.metrics.dead_letters.labels(self.name).inc()
+        except (DependencyUnavailable, NotFound) as record_exc:
+            logger.error("could not dead-letter job", extra={"job_id": job_id, "error": str(record_exc)})
+        return JobState.failed.value
+
+    def _record(self, rt: Runtime, *, job_id: str | None, **changes: Any) -> None:
+        """Job bookkeeping is best effort: a missing record or a Redis hiccup never fails the page."""
+        if job_id is None:
+            return
+        try:
+            rt.run(rt.ctx.jobs.update(job_id=job_id, **changes))
+        except (DependencyUnavailable, NotFound) as exc:
+            logger.warning("could not update job", extra={"job_id": job_id, "error": str(exc)})
+
+
+def register_tasks(app: Celery, *, worker_settings: WorkerSettings, runtime: Callable[[], Runtime]) -> None:
+    """Register both tasks on ``app`` by their shared names."""
+    index = TaskRunner(
+        name=INDEX_PAGE_TASK,
+        model=IndexPage,
+        handler=service.index_page,
+        runtime=runtime,
+        settings=worker_settings,
+    )
+    delete = TaskRunner(
+        name=DELETE_PAGE_TASK,
+        model=DeletePage,
+        handler=service.delete_page,
+        runtime=runtime,
+        settings=worker_settings,
+    )
+
+    def index_page(self: Task[Any, Any], message: Any) -> str:
+        """Index one page (fetched from its callback URL or carried inline)."""
+        return index(self, message)
+
+    def delete_page(self: Task[Any, Any], message: Any) -> str:
+        """Remove one page from the store."""
+        return delete(self, message)
+
+    app.task(name=INDEX_PAGE_TASK, bind=True, max_retries=worker_settings.max_retries)(index_page)
+    app.task(name=DELETE_PAGE_TASK, bind=True, max_retries=worker_settings.max_retries)(delete_page)

@@ -1,0 +1,119 @@
+"""The ingest service: the app factory and its composition root (the lifespan picks the adapters).
+
+``create_app()`` builds the real resources from settings when the app starts; tests pass their own
+``resources`` factory (fakes, or real Redis under a test key prefix) through the same door.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from fastapi import FastAPI
+from redis.asyncio import Redis
+
+from ragbot.definition import load_definition
+from ragbot.errors import RagbotError
+from ragbot.jobs import JobStore
+from ragbot.observability.http import setup_observability
+from ragbot.ports import SearchStore
+from ragbot.queue import TaskSender, create_celery_app
+from ragbot.settings import (
+    IngestSettings,
+    ModelSettings,
+    RedisSettings,
+    StoreSettings,
+    WorkerSettings,
+    get_ingest_settings,
+    get_model_settings,
+    get_redis_settings,
+    get_store_settings,
+    get_worker_settings,
+)
+from ragbot_ingest.deps import Resources
+from ragbot_ingest.routes import router
+
+logger = logging.getLogger(__name__)
+SERVICE = "ingest"
+
+ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
+
+
+def _open_store(*, store_settings: StoreSettings, model_settings: ModelSettings) -> SearchStore | None:
+    """The store, opened only to read page state: no models, no index creation (the worker owns that)."""
+    from ragbot.stores import build_store
+
+    try:
+        definition = load_definition(model_settings.document_definition)
+        return build_store(settings=store_settings, definition=definition, dimensions={})
+    except RagbotError as exc:
+        logger.warning("page state unavailable: could not open the store: %s", exc)
+        return None
+
+
+@asynccontextmanager
+async def build_resources(
+    *,
+    ingest_settings: IngestSettings,
+    redis_settings: RedisSettings,
+    worker_settings: WorkerSettings,
+    store_settings: StoreSettings,
+    model_settings: ModelSettings,
+) -> AsyncIterator[Resources]:
+    """The composition root: Redis job records, the Celery sender, the store for page state."""
+    redis = Redis.from_url(
+        redis_settings.url,
+        socket_timeout=redis_settings.socket_timeout_s,
+        socket_connect_timeout=redis_settings.socket_timeout_s,
+    )
+    celery = create_celery_app(
+        redis_settings=redis_settings, queue=worker_settings.queue, name="ragbot-ingest"
+    )
+    sender = TaskSender(celery, queue=worker_settings.queue)
+    store = _open_store(store_settings=store_settings, model_settings=model_settings)
+    try:
+        yield Resources(
+            settings=ingest_settings,
+            jobs=JobStore(redis=redis, key_prefix=redis_settings.key_prefix),
+            sender=sender,
+            store=store,
+        )
+    finally:
+        if store is not None:
+            await store.close()
+        sender.close()
+        await redis.aclose()
+
+
+def default_resources() -> AbstractAsyncContextManager[Resources]:
+    """Real resources from the cached settings factories."""
+    return build_resources(
+        ingest_settings=get_ingest_settings(),
+        redis_settings=get_redis_settings(),
+        worker_settings=get_worker_settings(),
+        store_settings=get_store_settings(),
+        model_settings=get_model_settings(),
+    )
+
+
+def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
+    """The ingest app; ``resources`` replaces the composition root (tests)."""
+    factory = resources or default_resources
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with factory() as res:
+            app.state.resources = res
+            yield
+            app.state.resources = None
+
+    app = FastAPI(title="ragbot ingest", version="1", lifespan=lifespan)
+
+    async def redis_answers() -> bool:
+        res: Resources | None = getattr(app.state, "resources", None)
+        return res is not None and await res.jobs.ping()
+
+    setup_observability(app, service=SERVICE, checks={"redis": redis_answers})
+    app.include_router(router)
+    return app

@@ -1,0 +1,62 @@
+"""FastAPI dependencies: what the lifespan built, as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ragbot.errors import DependencyUnavailable
+from ragbot.ports import SearchStore
+from ragbot.settings import IngestSettings
+from ragbot_ingest.service import CommandSender, JobRepository
+
+
+@dataclass(slots=True)
+class Resources:
+    """What ingest holds for its lifetime."""
+
+    settings: IngestSettings
+    jobs: JobRepository
+    sender: CommandSender
+    store: SearchStore | None = None
+
+
+def get_resources(request: Request) -> Resources:
+    """The resources of this app (503 while the lifespan has not built them)."""
+    resources: Resources | None = getattr(request.app.state, "resources", None)
+    if resources is None:
+        raise DependencyUnavailable("ingest is still starting", dependency="ingest")
+    return resources
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+
+
+def get_settings(resources: ResourcesDep) -> IngestSettings:
+    """Ingest settings (allow-list, caps)."""
+    return resources.settings
+
+
+def get_jobs(resources: ResourcesDep) -> JobRepository:
+    """The job records."""
+    return resources.jobs
+
+
+def get_sender(resources: ResourcesDep) -> CommandSender:
+    """The command sender."""
+    return resources.sender
+
+
+def get_store(resources: ResourcesDep) -> SearchStore:
+    """The search store, read for page state (503 when ingest could not open it)."""
+    if resources.store is None:
+        raise DependencyUnavailable("ingest has no search store configured", dependency="store")
+    return resources.store
+
+
+SettingsDep = Annotated[IngestSettings, Depends(get_settings)]
+JobsDep = Annotated[JobRepository, Depends(get_jobs)]
+SenderDep = Annotated[CommandSender, Depends(get_sender)]
+StoreDep = Annotated[SearchStore, Depends(get_store)]

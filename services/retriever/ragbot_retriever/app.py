@@ -1,0 +1,114 @@
+"""The retriever service: the app factory and its composition root (the lifespan picks the adapters).
+
+``create_app()`` builds the real resources from settings when the app starts; tests pass their own
+``resources`` factory (fakes, or a real store on a test index) through the same door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from fastapi import FastAPI
+
+from ragbot.definition import load_definition
+from ragbot.errors import RagbotError
+from ragbot.observability.http import setup_observability
+from ragbot.ports import Embedder, Reranker
+from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.settings import (
+    ModelSettings,
+    RetrieverSettings,
+    StoreSettings,
+    get_model_settings,
+    get_retriever_settings,
+    get_store_settings,
+)
+from ragbot_retriever.deps import Resources
+from ragbot_retriever.routes import router
+
+logger = logging.getLogger(__name__)
+SERVICE = "retriever"
+
+
+ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
+
+
+def _warm_up(embedders: Mapping[str, Embedder], reranker: Reranker | None) -> None:
+    for embedder in embedders.values():
+        embedder.warm_up()
+    if reranker is not None:
+        reranker.warm_up()
+
+
+@asynccontextmanager
+async def build_resources(
+    *,
+    retriever_settings: RetrieverSettings,
+    store_settings: StoreSettings,
+    model_settings: ModelSettings,
+    reranker: Reranker | None = None,
+) -> AsyncIterator[Resources]:
+    """The composition root: definition, embedders (warmed in a thread), store sized by the models."""
+    from ragbot.embedders import build_embedders, cached_queries
+    from ragbot.stores import build_store
+
+    definition = load_definition(model_settings.document_definition)
+    embedders = cached_queries(
+        build_embedders(settings=model_settings, definition=definition),
+        max_size=model_settings.query_cache_size,
+    )
+    await asyncio.to_thread(_warm_up, embedders, reranker)
+    dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+    store = build_store(settings=store_settings, definition=definition, dimensions=dimensions)
+    try:
+        await asyncio.wait_for(store.ensure_ready(), timeout=retriever_settings.store_timeout_s)
+    except (TimeoutError, RagbotError) as exc:  # start anyway: /readyz and every request say 503
+        logger.warning("store not ready at start: %s", exc)
+    engine = RetrievalEngine(
+        store=store,
+        embedders=embedders,
+        definition=definition,
+        reranker=reranker,
+        defaults=RetrievalDefaults.from_settings(retriever_settings),
+    )
+    try:
+        yield Resources(
+            engine=engine, store=store, embedders=embedders, definition=definition, reranker=reranker
+        )
+    finally:
+        await store.close()
+        for embedder in embedders.values():
+            embedder.close()
+
+
+def default_resources() -> AbstractAsyncContextManager[Resources]:
+    """Real resources from the cached settings factories."""
+    return build_resources(
+        retriever_settings=get_retriever_settings(),
+        store_settings=get_store_settings(),
+        model_settings=get_model_settings(),
+    )
+
+
+def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
+    """The retriever app; ``resources`` replaces the composition root (tests)."""
+    factory = resources or default_resources
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with factory() as res:
+            app.state.resources = res
+            yield
+
+    app = FastAPI(title="ragbot retriever", version="1", lifespan=lifespan)
+
+    async def store_answers() -> bool:
+        res: Resources | None = getattr(app.state, "resources", None)
+        return res is not None and await res.store.ping()
+
+    setup_observability(app, service=SERVICE, checks={"store": store_answers})
+    app.include_router(router)
+    return app

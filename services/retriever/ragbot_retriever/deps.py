@@ -1,0 +1,45 @@
+"""FastAPI dependencies: the resources the lifespan built, as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ragbot.definition import DocumentDefinition
+from ragbot.errors import DependencyUnavailable
+from ragbot.ports import Embedder, Reranker, SearchStore
+from ragbot.retrieval import RetrievalEngine
+
+
+@dataclass(slots=True)
+class Resources:
+    """What the retriever holds for its lifetime: the engine and the adapters behind it."""
+
+    engine: RetrievalEngine
+    store: SearchStore
+    embedders: Mapping[str, Embedder]
+    definition: DocumentDefinition
+    reranker: Reranker | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def get_resources(request: Request) -> Resources:
+    """The resources of this app (503 while the lifespan has not built them)."""
+    resources: Resources | None = getattr(request.app.state, "resources", None)
+    if resources is None:
+        raise DependencyUnavailable("the retriever is still starting", dependency="retriever")
+    return resources
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+
+
+def get_engine(resources: ResourcesDep) -> RetrievalEngine:
+    """The retrieval engine every search goes through."""
+    return resources.engine
+
+
+EngineDep = Annotated[RetrievalEngine, Depends(get_engine)]

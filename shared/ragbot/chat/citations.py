@@ -1,0 +1,91 @@
+"""From retrieved documents to numbered sources, and from ``[n]`` in an answer back to those sources.
+
+Only numbers we handed to the model count: an answer (or an injected paragraph the model repeats)
+citing ``[99]`` when there were three documents cites nothing. Confidence is the reranker's
+probability when a reranker ran, else the best dense cosine (the retriever's ``cos + 1`` minus 1);
+BM25-only hits have none.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ragbot.chat.schemas import Source
+
+_CITATION = re.compile(r"\[\s*(\d{1,4}(?:\s*[,;]\s*\d{1,4})*)\s*\]")
+
+
+def cited_numbers(answer: str) -> list[int]:
+    """Every ``[n]`` / ``[n, m]`` number in the answer, in order of first appearance."""
+    seen: dict[int, None] = {}
+    for match in _CITATION.finditer(answer):
+        for part in re.split(r"[,;]", match.group(1)):
+            seen.setdefault(int(part.strip()), None)
+    return list(seen)
+
+
+def split_cited(answer: str, sources: Sequence[Source]) -> tuple[list[Source], list[Source]]:
+    """(sources the answer cites, in citation order; sources retrieved but not cited, in rank order)."""
+    by_index = {s.index: s for s in sources}
+    cited = [by_index[n] for n in cited_numbers(answer) if n in by_index]
+    cited_ids = {s.index for s in cited}
+    return cited, [s for s in sources if s.index not in cited_ids]
+
+
+def confidences(debug: Mapping[str, Any]) -> dict[str, float]:
+    """Confidence 0..1 per document id from the retriever's debug view (absent when unknown)."""
+    out: dict[str, float] = {}
+    rerank = debug.get("rerank")
+    if isinstance(rerank, Mapping) and rerank.get("scores"):
+        scores = {str(row["_id"]): float(row["score"]) for row in rerank["scores"]}
+        # A cross-encoder with a sigmoid head already gives probabilities; raw logits get one.
+        probabilities = all(0.0 <= v <= 1.0 for v in scores.values())
+        return {k: v if probabilities else _sigmoid(v) for k, v in scores.items()}
+    branches = debug.get("branches") or {}
+    dense = {name for name, b in branches.items() if isinstance(b, Mapping) and b.get("kind") == "dense"}
+    for row in debug.get("fused") or []:
+        raw = row.get("raw_scores") or {}
+        cosines = [float(v) - 1.0 for k, v in raw.items() if k in dense]
+        if cosines:
+            out[str(row["_id"])] = min(1.0, max(0.0, max(cosines)))
+    return out
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
+
+
+def to_source(document: Mapping[str, Any], *, index: int, confidence: float | None) -> Source:
+    """A retrieved document as a numbered source."""
+    paragraph = document.get("paragraph")
+    return Source(
+        index=index,
+        title=str(document.get("title") or ""),
+        url=document.get("url") or None,
+        page_id=int(document["page_id"]),
+        paragraph=_int_or_none(paragraph),
+        score=float(document.get("score") or 0.0),
+        confidence_pct=None if confidence is None else round(confidence * 100),
+        doc_id=str(document.get("_id") or document.get("doc_id") or ""),
+    )
+
+
+def unique_pages(sources: Iterable[Source]) -> list[Source]:
+    """The first source of each page, in order (Kol-Zchut lists pages, not paragraphs)."""
+    seen: set[int] = set()
+    out: list[Source] = []
+    for s in sources:
+        if s.page_id not in seen:
+            seen.add(s.page_id)
+            out.append(s)
+    return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,243 @@
+"""The Kol-Zchut chatbot contract: request/response bodies with the field names the MediaWiki extension
+KZChatbot uses, and its configuration object, versioned in Redis.
+
+The configuration (``GET /get_config`` / ``POST /set_config``) is read from Redis on every search, so
+``set_config`` applies without a restart. Each accepted config gets the next version number; the
+previous ones stay in a capped history list. An invalid config is refused with the field named and
+leaves the stored one untouched.
+
+Keys: ``p:chat:kolzchut:config`` (current JSON) and ``p:chat:kolzchut:config:versions`` (newest first).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.exceptions import RedisError, WatchError
+
+from ragbot.errors import DependencyUnavailable, ValidationFailed
+from ragbot.prompts import PromptLibrary, render
+
+logger = logging.getLogger(__name__)
+
+TEMPERATURE_MIN: Final = 0.0
+TEMPERATURE_MAX: Final = 2.0
+TEMPERATURE_STEP: Final = 0.1
+VERSIONS_KEPT: Final = 100
+REQUIRED_SLOTS: Final = {"user_prompt": ("{question}", "{documents}"), "rephrase_prompt": ("{question}",)}
+CONFIG_FIELD_TYPES: Final = {
+    "version": "integer",
+    "model": "string",
+    "num_of_pages": "integer",
+    "add_current_page_to_search": "boolean",
+    "temperature": "number",
+    "system_prompt": "text",
+    "user_prompt": "text",
+    "banned_fields": "array",
+    "rephrase_prompt": "text",
+}
+
+
+class KolZchutConfig(BaseModel):
+    """The chatbot configuration the Kol-Zchut admin page reads and writes (types are strict)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    version: int = 0
+    model: str = Field(min_length=1)
+    num_of_pages: int = Field(ge=1)
+    add_current_page_to_search: bool
+    temperature: float
+    system_prompt: str = Field(min_length=1)
+    user_prompt: str = Field(min_length=1)
+    banned_fields: list[str] = Field(default_factory=list)
+    rephrase_prompt: str = Field(min_length=1)
+
+
+class KolZchutConfigIn(KolZchutConfig):
+    """``POST /set_config``: the same shape; ``version`` is optional and ignored (the store assigns it)."""
+
+    version: int | None = None  # type: ignore[assignment]
+
+
+class SearchRequest(BaseModel):
+    """``POST /search`` from KZChatbot (and its testing page's extra knobs)."""
+
+    query: str
+    asked_from: str | int | None = None
+    page_id: int | str | None = None
+    rephrase: bool = False
+    include_debug_data: bool = False
+    send_complete_pages_to_llm: bool = False
+    retrieval_size: int | None = Field(default=None, ge=1, le=1000)
+    max_documents_from_same_page: int | None = Field(default=None, ge=1, le=1000)
+
+
+class DocLink(BaseModel):
+    """A page the answer is based on."""
+
+    title: str
+    url: str | None = None
+
+
+class SearchResponse(BaseModel):
+    """``POST /search``'s answer; the debug fields only with ``include_debug_data``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    gpt_result: str
+    docs: list[DocLink]
+    conversation_id: str
+
+
+class RatingRequest(BaseModel):
+    """``POST /rating``: like (true), dislike (false) or withdrawn (null), and free text."""
+
+    conversation_id: str
+    like: bool | None = None
+    free_text: str | None = Field(default=None, max_length=5000)
+
+
+def page_plan(*, num_of_pages: int, base: Sequence[int], max_per_page: int | None) -> list[int]:
+    """``paragraphs_per_page`` for a search: ``num_of_pages`` entries from ``base`` (padded with its last
+    value), each capped by ``max_documents_from_same_page``."""
+    plan = [base[i] if i < len(base) else base[-1] for i in range(num_of_pages)]
+    if max_per_page is not None:
+        plan = [min(n, max_per_page) for n in plan]
+    return plan
+
+
+class ConfigStore:
+    """The current Kol-Zchut config and its history in Redis; defaults until the first ``set``."""
+
+    def __init__(
+        self,
+        *,
+        client: aioredis.Redis,
+        prefix: str,
+        defaults: KolZchutConfig,
+        available_models: Sequence[str],
+        models_without_temperature: Sequence[str] = (),
+        max_num_of_pages: int = 10,
+    ) -> None:
+        self.client = client
+        self.key = f"{prefix}:chat:kolzchut:config"
+        self.versions_key = f"{self.key}:versions"
+        self.defaults = defaults
+        self.available_models = list(dict.fromkeys(available_models))
+        self.models_without_temperature = set(models_without_temperature)
+        self.max_num_of_pages = max_num_of_pages
+
+    async def get(self) -> KolZchutConfig:
+        """The stored config, or the defaults (version 0) when none was ever set."""
+        try:
+            raw = await self.client.get(self.key)
+        except (RedisError, OSError) as exc:
+            raise DependencyUnavailable(
+                f"Redis failed reading the config: {exc}", dependency="redis"
+            ) from None
+        if raw is None:
+            return self.defaults
+        try:
+            return KolZchutConfig.model_validate_json(raw)
+        except ValidationError as exc:
+            logger.error("stored Kol-Zchut config is invalid; using defaults", extra={"error": str(exc)})
+            return self.defaults
+
+    def check(self, config: KolZchutConfig) -> None:
+        """Refuse what types alone do not catch: unknown model, temperature or page count out of range."""
+        if config.model not in self.available_models:
+            raise ValidationFailed(
+                f"unknown model {config.model!r}; available models: {self.available_models}", field="model"
+            )
+        if not TEMPERATURE_MIN <= config.temperature <= TEMPERATURE_MAX:
+            raise ValidationFailed(
+                f"temperature must be between {TEMPERATURE_MIN} and {TEMPERATURE_MAX}", field="temperature"
+            )
+        if config.num_of_pages > self.max_num_of_pages:
+            raise ValidationFailed(
+                f"num_of_pages must be between 1 and {self.max_num_of_pages}", field="num_of_pages"
+            )
+        for name, slots in REQUIRED_SLOTS.items():
+            text = getattr(config, name)
+            missing = [s for s in slots if s not in text]
+            if missing:
+                raise ValidationFailed(f"{name} must contain {' and '.join(missing)}", field=name)
+
+    async def set(self, candidate: KolZchutConfigIn) -> KolZchutConfig:
+        """Validate, give it the next version, store it and keep the previous ones."""
+        fields = candidate.model_dump(exclude={"version"})
+        probe = KolZchutConfig(version=0, **fields)
+        self.check(probe)
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        await pipe.watch(self.key)
+                        raw = await pipe.get(self.key)
+                        current = self._parse(raw)
+                        stored = KolZchutConfig(version=current.version + 1, **fields)
+                        body = stored.model_dump_json()
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        pipe.set(self.key, body)
+                        pipe.lpush(self.versions_key, body)
+                        pipe.ltrim(self.versions_key, 0, VERSIONS_KEPT - 1)
+                        await pipe.execute()
+                        return stored
+                    except WatchError:
+                        continue
+        except (RedisError, OSError) as exc:
+            raise DependencyUnavailable(
+                f"Redis failed storing the config: {exc}", dependency="redis"
+            ) from None
+
+    def _parse(self, raw: Any) -> KolZchutConfig:
+        if raw is None:
+            return self.defaults
+        try:
+            return KolZchutConfig.model_validate_json(raw)
+        except ValidationError:
+            return self.defaults
+
+    def metadata(self) -> dict[str, Any]:
+        """``/get_config_metadata``: the models offered, the allowed values and every field's type."""
+        return {
+            "available_models": {
+                name: {"supports_temperature": name not in self.models_without_temperature}
+                for name in self.available_models
+            },
+            "temperature_options": {
+                "min": TEMPERATURE_MIN,
+                "max": TEMPERATURE_MAX,
+                "step": TEMPERATURE_STEP,
+                "default": self.defaults.temperature,
+            },
+            "num_of_pages_options": list(range(1, self.max_num_of_pages + 1)),
+            "config_field_types": dict(CONFIG_FIELD_TYPES),
+        }
+
+
+def default_config(
+    *,
+    prompts: PromptLibrary,
+    model: str,
+    num_of_pages: int,
+    temperature: float,
+    mode_name: str,
+) -> KolZchutConfig:
+    """The config before anyone sets one: Hebrew prompt files, the configured model and defaults."""
+    return KolZchutConfig(
+        version=0,
+        model=model,
+        num_of_pages=num_of_pages,
+        add_current_page_to_search=False,
+        temperature=temperature,
+        system_prompt=render(prompts.get("system", "he"), mode_instructions=prompts.get(mode_name, "he")),
+        user_prompt=prompts.get("user", "he"),
+        banned_fields=[],
+        rephrase_prompt=prompts.get("rephrase", "he"),
+    )

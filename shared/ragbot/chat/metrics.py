@@ -1,0 +1,87 @@
+"""Prometheus metrics of the chat service, registered once per registry (tests pass a fresh one)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMetrics:
+    """What every answer records."""
+
+    time_to_first_token: Histogram
+    llm_time_to_first_token: Histogram
+    tokens_per_second: Histogram
+    answers: Counter
+    abstentions: Counter
+    feedback: Counter
+    llm_errors: Counter
+
+
+_lock = threading.Lock()
+_by_registry: dict[int, ChatMetrics] = {}
+
+
+def chat_metrics(registry: CollectorRegistry | None = None) -> ChatMetrics:
+    """The chat metrics of ``registry`` (the default one unless given), created on first use."""
+    registry = REGISTRY if registry is None else registry
+    with _lock:
+        if id(registry) not in _by_registry:
+            _by_registry[id(registry)] = _new(registry)
+        return _by_registry[id(registry)]
+
+
+def _new(registry: CollectorRegistry) -> ChatMetrics:
+    return ChatMetrics(
+        time_to_first_token=Histogram(
+            "ragbot_chat_time_to_first_token_seconds",
+            "From the question arriving to the first answer token sent, by mode and channel.",
+            ["mode", "channel"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        ),
+        llm_time_to_first_token=Histogram(
+            "ragbot_llm_time_to_first_token_seconds",
+            "From the LLM call to its first token, by backend.",
+            ["backend"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        ),
+        tokens_per_second=Histogram(
+            "ragbot_llm_tokens_per_second",
+            "Completion tokens per second after the first token, by backend.",
+            ["backend"],
+            buckets=RATE_BUCKETS,
+            registry=registry,
+        ),
+        answers=Counter(
+            "ragbot_chat_answers_total",
+            "Answers by mode, channel (api, openai, kolzchut) and outcome (answered, abstained, error).",
+            ["mode", "channel", "outcome"],
+            registry=registry,
+        ),
+        abstentions=Counter(
+            "ragbot_chat_abstentions_total",
+            "Fixed 'no relevant documents' answers given without calling the LLM, by mode.",
+            ["mode"],
+            registry=registry,
+        ),
+        feedback=Counter(
+            "ragbot_chat_feedback_total",
+            "Feedback received, by channel and rating (up, down, none).",
+            ["channel", "rating"],
+            registry=registry,
+        ),
+        llm_errors=Counter(
+            "ragbot_llm_errors_total",
+            "LLM calls that failed or timed out, by backend and stage (answer, rewrite).",
+            ["backend", "stage"],
+            registry=registry,
+        ),
+    )

@@ -1,0 +1,443 @@
+"""One chat turn: rewrite a follow-up, retrieve, choose the sources, prompt, stream, cite.
+
+``ChatPipeline.run`` yields events in a fixed order: ``SourcesEvent`` first (always, even when
+retrieval failed or was skipped), then ``TokenEvent`` pieces, then ``DoneEvent`` or ``ErrorEvent``.
+It never raises for a dependency failure once started: the client always learns what happened.
+Closing the iterator (a client disconnecting) closes the LLM stream, which stops generation.
+
+Answer modes (GenericChatBot's private / hybrid / public):
+
+- ``strict``: only the retrieved paragraphs; when none pass the relevance threshold the fixed
+  "no relevant documents" answer is returned and the LLM is never called;
+- ``grounded``: documents first, general knowledge allowed and labelled as such;
+- ``open``: no retrieval; the LLM answers from what it knows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ragbot.chat.citations import confidences, split_cited, to_source
+from ragbot.chat.metrics import ChatMetrics, chat_metrics
+from ragbot.chat.retriever import Retriever
+from ragbot.chat.schemas import Mode, Source
+from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
+from ragbot.llms.base import LLM, LLMError, complete, with_timeouts
+from ragbot.ports import ChatMessage
+from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
+from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.settings import ChatSettings
+
+logger = logging.getLogger(__name__)
+
+COMPLETE_PAGE_PARAGRAPHS = 1000
+_SPEAKERS: Mapping[str, tuple[str, str]] = {"he": ("משתמש", "עוזר"), "en": ("User", "Assistant")}
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryTurn:
+    """An earlier question and its answer."""
+
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class PromptOverrides:
+    """Templates replacing the prompt files for one request (the Kol-Zchut config's prompts)."""
+
+    system: str | None = None
+    user: str | None = None
+    rephrase: str | None = None
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """Everything one turn needs; ``language`` is already resolved (``he`` or ``en``)."""
+
+    question: str
+    mode: Mode
+    language: Language
+    channel: str = "api"
+    history: Sequence[HistoryTurn] = ()
+    rephrase: bool | None = None
+    page_id: int | None = None
+    retrieval_size: int | None = None
+    paragraphs_per_page: Sequence[int] | None = None
+    complete_pages: bool = False
+    temperature: float | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    prompts: PromptOverrides = field(default_factory=PromptOverrides)
+    banned_fields: Sequence[str] = ()
+
+
+@dataclass(slots=True)
+class SourcesEvent:
+    """The numbered paragraphs the answer may cite (empty in open mode or when nothing was found)."""
+
+    sources: list[Source]
+    mode: Mode
+    language: Language
+    rewritten_question: str | None
+    debug: dict[str, Any]
+    name: Literal["sources"] = "sources"
+
+
+@dataclass(slots=True)
+class TokenEvent:
+    """A piece of the answer."""
+
+    text: str
+    name: Literal["token"] = "token"
+
+
+@dataclass(slots=True)
+class DoneEvent:
+    """The whole answer, what it cites, what it cost and how long each step took."""
+
+    answer: str
+    citations: list[Source]
+    retrieved_not_cited: list[Source]
+    usage: dict[str, int | None]
+    timings_ms: dict[str, float]
+    abstained: bool
+    finish_reason: str | None = None
+    name: Literal["done"] = "done"
+
+
+@dataclass(slots=True)
+class ErrorEvent:
+    """Why there is no (complete) answer; ``dependency`` names what failed."""
+
+    message: str
+    dependency: str | None
+    stage: str
+    name: Literal["error"] = "error"
+
+
+ChatEvent = SourcesEvent | TokenEvent | DoneEvent | ErrorEvent
+
+
+@dataclass(slots=True)
+class _Selection:
+    sources: list[Source]
+    documents: list[PromptDocument]
+    before_filter: list[dict[str, Any]]
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class ChatPipeline:
+    """The chat use case over the ``LLM`` and ``Retriever`` ports; holds no per-request state."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLM,
+        retriever: Retriever,
+        prompts: PromptLibrary,
+        settings: ChatSettings,
+        metrics: ChatMetrics | None = None,
+    ) -> None:
+        self.llm = llm
+        self.retriever = retriever
+        self.prompts = prompts
+        self.settings = settings
+        self.metrics = metrics or chat_metrics()
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def check_question(self, question: str, *, field_name: str = "question") -> str:
+        """The question stripped; blank or over-long ones are refused naming the field."""
+        text = question.strip()
+        if not text:
+            raise ValidationFailed(f"{field_name} must not be empty", field=field_name)
+        limit = self.settings.max_question_chars
+        if len(text) > limit:
+            raise ValidationFailed(
+                f"{field_name} is {len(text)} characters; the limit is {limit}", field=field_name
+            )
+        return text
+
+    def no_documents_answer(self, language: Language) -> str:
+        """The fixed strict-mode answer (a setting per language wins over the prompt file)."""
+        configured = self.settings.no_documents_answer.get(language)
+        return configured if configured else self.prompts.get("no_documents", language)
+
+    # -- the turn ---------------------------------------------------------------------------------
+
+    async def run(self, request: ChatRequest) -> AsyncGenerator[ChatEvent, None]:
+        """Events of one turn, in order; see the module docstring."""
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
+        debug: dict[str, Any] = {}
+        query = request.question
+        rewritten: str | None = None
+
+        if request.mode != "open" and self._wants_rewrite(request):
+            t0 = time.perf_counter()
+            rewritten, rewrite_error = await self._rewrite(request)
+            timings["rewrite_ms"] = _ms(time.perf_counter() - t0)
+            debug["rewrite"] = {
+                "original": request.question,
+                "rewritten": rewritten,
+                "time_ms": timings["rewrite_ms"],
+                "error": rewrite_error,
+            }
+            query = rewritten or request.question
+
+        response: RetrieveResponse | None = None
+        if request.mode != "open":
+            t0 = time.perf_counter()
+            try:
+                response = await self._retrieve(request, query)
+            except (DependencyUnavailable, ValidationFailed) as exc:
+                timings["retrieval_ms"] = _ms(time.perf_counter() - t0)
+                timings["total_ms"] = _ms(time.perf_counter() - started)
+                debug["timings_ms"] = timings
+                yield SourcesEvent([], request.mode, request.language, rewritten, debug)
+                dependency = exc.dependency if isinstance(exc, DependencyUnavailable) else None
+                yield ErrorEvent(str(exc), dependency, "retrieval")
+                self._count(request, "error")
+                return
+            timings["retrieval_ms"] = _ms(time.perf_counter() - t0)
+            debug["retrieval"] = {"query": query, "debug": response.debug, "timings_ms": response.timings_ms}
+
+        selection = self._select(request, response)
+        debug["docs_before_filter"] = selection.before_filter
+        yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
+
+        if request.mode == "strict" and not selection.sources:
+            answer = self.no_documents_answer(request.language)
+            yield TokenEvent(answer)
+            timings["ttft_ms"] = _ms(time.perf_counter() - started)
+            timings["total_ms"] = timings["ttft_ms"]
+            self.metrics.abstentions.labels(request.mode).inc()
+            self._count(request, "abstained")
+            yield DoneEvent(
+                answer,
+                [],
+                [],
+                {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None},
+                timings,
+                abstained=True,
+            )
+            return
+
+        messages = self.messages(request, selection.documents)
+        debug["prompt_chars"] = sum(len(m.content) for m in messages)
+        stream = with_timeouts(
+            self.llm.stream(
+                messages=messages,
+                temperature=self.settings.llm_temperature
+                if request.temperature is None
+                else request.temperature,
+                max_tokens=request.max_tokens or self.settings.llm_max_tokens,
+                model=request.model,
+            ),
+            first_token_s=self.settings.llm_first_token_timeout_s,
+            idle_s=self.settings.llm_idle_timeout_s,
+            total_s=self.settings.llm_total_timeout_s,
+        )
+        pieces: list[str] = []
+        llm_started = time.perf_counter()
+        first_at: float | None = None
+        try:
+            async for piece in stream:
+                if first_at is None:
+                    first_at = time.perf_counter()
+                    timings["llm_ttft_ms"] = _ms(first_at - llm_started)
+                    timings["ttft_ms"] = _ms(first_at - started)
+                    self.metrics.llm_time_to_first_token.labels(self.llm.backend).observe(
+                        first_at - llm_started
+                    )
+                    self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
+                        first_at - started
+                    )
+                pieces.append(piece)
+                yield TokenEvent(piece)
+        except LLMError as exc:
+            self.metrics.llm_errors.labels(self.llm.backend, "answer").inc()
+            self._count(request, "error")
+            logger.warning("LLM failed", extra={"error": str(exc), "backend": self.llm.backend})
+            yield ErrorEvent(str(exc), exc.dependency, "answer")
+            return
+        finally:
+            await stream.aclose()
+
+        ended = time.perf_counter()
+        timings["llm_ms"] = _ms(ended - llm_started)
+        timings["total_ms"] = _ms(ended - started)
+        usage = stream.usage
+        if first_at is not None and usage.completion_tokens > 1 and ended > first_at:
+            self.metrics.tokens_per_second.labels(self.llm.backend).observe(
+                (usage.completion_tokens - 1) / (ended - first_at)
+            )
+        answer = "".join(pieces)
+        cited, not_cited = split_cited(answer, selection.sources)
+        self._count(request, "answered")
+        yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, usage.finish_reason)
+
+    def _count(self, request: ChatRequest, outcome: str) -> None:
+        self.metrics.answers.labels(request.mode, request.channel, outcome).inc()
+
+    # -- follow-up rewriting ----------------------------------------------------------------------
+
+    def _wants_rewrite(self, request: ChatRequest) -> bool:
+        if request.rephrase is not None:
+            return request.rephrase
+        return self.settings.rewrite_followups and bool(request.history)
+
+    async def _rewrite(self, request: ChatRequest) -> tuple[str | None, str | None]:
+        """(the standalone query or None, the error when the LLM failed); failures fall back quietly."""
+        user, assistant = _SPEAKERS[request.language]
+        turns = list(request.history)[-max(self.settings.history_turns, 1) :] if request.history else []
+        history = "\n".join(f"{user}: {t.question}\n{assistant}: {t.answer}" for t in turns) or "-"
+        template = request.prompts.rephrase or self.prompts.get("rephrase", request.language)
+        prompt = render(template, history=history, question=request.question)
+        stream = with_timeouts(
+            self.llm.stream(
+                messages=[ChatMessage("user", prompt)],
+                temperature=0.0,
+                max_tokens=self.settings.rewrite_max_tokens,
+                model=request.model,
+            ),
+            first_token_s=self.settings.llm_first_token_timeout_s,
+            idle_s=self.settings.llm_idle_timeout_s,
+            total_s=self.settings.llm_total_timeout_s,
+        )
+        try:
+            text = await complete(stream)
+        except LLMError as exc:
+            self.metrics.llm_errors.labels(self.llm.backend, "rewrite").inc()
+            logger.warning("follow-up rewrite failed; using the question as asked", extra={"error": str(exc)})
+            return None, str(exc)
+        return clean_rewrite(text, limit=self.settings.max_question_chars), None
+
+    # -- retrieval and source selection -----------------------------------------------------------
+
+    async def _retrieve(self, request: ChatRequest, query: str) -> RetrieveResponse:
+        plan = list(request.paragraphs_per_page or self.settings.paragraphs_per_page)
+        size = request.retrieval_size or self.settings.retrieval_size
+        response = await self.retriever.retrieve(
+            RetrieveRequest(query=query, retrieval_size=size, paragraphs_per_page=plan)
+        )
+        documents = list(response.documents)
+        debug = dict(response.debug)
+        if request.complete_pages and documents:
+            documents = await self._complete_pages(query, documents, debug)
+        if request.page_id is not None:
+            current = await self._page_documents(query, request.page_id, debug)
+            seen = {d.get("_id") for d in documents}
+            documents.extend(d for d in current if d.get("_id") not in seen)
+        return RetrieveResponse(documents=documents, debug=debug, timings_ms=response.timings_ms)
+
+    async def _page_documents(self, query: str, page_id: int, debug: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every paragraph of one page, in paragraph order (its debug merged for confidences)."""
+        response = await self.retriever.retrieve(
+            RetrieveRequest(
+                query=query,
+                retrieval_size=COMPLETE_PAGE_PARAGRAPHS,
+                paragraphs_per_page=[COMPLETE_PAGE_PARAGRAPHS],
+                filters={"page_id": page_id},
+                rerank=False,
+            )
+        )
+        fused = list(debug.get("fused") or [])
+        known = {row.get("_id") for row in fused}
+        fused.extend(row for row in response.debug.get("fused") or [] if row.get("_id") not in known)
+        debug["fused"] = fused
+        branches = dict(debug.get("branches") or {})
+        for name, branch in (response.debug.get("branches") or {}).items():
+            branches.setdefault(name, {"kind": branch.get("kind")})
+        debug["branches"] = branches
+        return sorted(response.documents, key=lambda d: int(d.get("paragraph") or 0))
+
+    async def _complete_pages(
+        self, query: str, documents: list[dict[str, Any]], debug: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        pages = list(dict.fromkeys(int(d["page_id"]) for d in documents))
+        out: list[dict[str, Any]] = []
+        for page_id in pages:
+            out.extend(await self._page_documents(query, page_id, debug))
+        return out
+
+    def _select(self, request: ChatRequest, response: RetrieveResponse | None) -> _Selection:
+        """Number the documents that pass the threshold and fit the context budget."""
+        if response is None:
+            return _Selection([], [], [])
+        banned = set(request.banned_fields)
+        conf = confidences(response.debug)
+        threshold = self.settings.relevance_threshold
+        budget = self.settings.context_max_chars
+        text_field = self.settings.document_text_field
+        sources: list[Source] = []
+        documents: list[PromptDocument] = []
+        before: list[dict[str, Any]] = []
+        used = 0
+        for doc in response.documents:
+            doc_id = str(doc.get("_id") or "")
+            confidence = conf.get(doc_id)
+            source = to_source(doc, index=len(sources) + 1, confidence=confidence)
+            row = {k: v for k, v in source.model_dump().items() if k != "index"}
+            before.append(row)
+            if threshold > 0 and confidence is not None and confidence < threshold:
+                row["dropped"] = "below relevance threshold"
+                continue
+            text = "" if text_field in banned else str(doc.get(text_field) or "")
+            if used + len(text) > budget:
+                if documents:
+                    row["dropped"] = "context budget"
+                    continue
+                text = text[:budget]
+            used += len(text)
+            title = "" if "title" in banned else source.title
+            sources.append(source)
+            documents.append(PromptDocument(number=source.index, title=title, text=text))
+        return _Selection(sources, documents, before)
+
+    # -- prompts ----------------------------------------------------------------------------------
+
+    def messages(self, request: ChatRequest, documents: Sequence[PromptDocument]) -> list[ChatMessage]:
+        """System prompt, recent history, then the question with its numbered documents as data."""
+        lang = request.language
+        system = render(
+            request.prompts.system or self.prompts.get("system", lang),
+            mode_instructions=self.prompts.get(request.mode, lang),
+        )
+        out = [ChatMessage("system", system)]
+        keep = self.settings.history_turns
+        for turn in list(request.history)[-keep:] if keep else []:
+            out.append(ChatMessage("user", turn.question))
+            out.append(ChatMessage("assistant", turn.answer))
+        if request.mode == "open":
+            out.append(ChatMessage("user", request.question))
+            return out
+        block = format_documents(documents) if documents else self.prompts.get("no_context", lang)
+        template = request.prompts.user or self.prompts.get("user", lang)
+        out.append(ChatMessage("user", render(template, documents=block, question=request.question)))
+        return out
+
+
+def clean_rewrite(text: str, *, limit: int) -> str | None:
+    """The first meaningful line of a rewrite, unquoted; None when empty or implausibly long."""
+    for line in text.splitlines():
+        candidate = line.strip().strip("\"'`“”«»").strip()
+        for label in ("Standalone query:", "שאילתה עצמאית:", "Query:"):
+            if candidate.startswith(label):
+                candidate = candidate[len(label) :].strip()
+        if candidate:
+            return candidate if len(candidate) <= limit else None
+    return None
+
+
+def dependency_of(exc: RagbotError) -> str | None:
+    """The failing dependency's name, when the error has one."""
+    return exc.dependency if isinstance(exc, DependencyUnavailable) else None

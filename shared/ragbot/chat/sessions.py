@@ -1,0 +1,223 @@
+"""Chat sessions and answered messages in Redis, with lifetimes and a cap on stored turns.
+
+Keys (``p`` is the configured prefix):
+
+- ``p:chat:session:<id>``        JSON of the session (mode, language, times); TTL ``session_ttl_s``
+- ``p:chat:session:<id>:turns``  list of JSON turns, the newest ``max_turns`` kept; same TTL
+- ``p:chat:message:<id>``        JSON of one answer (question, answer, feedback); TTL ``message_ttl_s``
+
+Every turn refreshes the session's TTL, so a conversation lives while it is used. Messages outlive
+sessions so that feedback and Kol-Zchut ratings can arrive later. Redis errors become
+``DependencyUnavailable("redis")``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, Field, ValidationError
+from redis.exceptions import RedisError
+
+from ragbot.chat.schemas import LanguageChoice, Mode, Rating, SessionInfo, SessionView, Turn
+from ragbot.errors import DependencyUnavailable, NotFound
+
+R = TypeVar("R")
+REDIS = "redis"
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def new_id() -> str:
+    """A random id for sessions and messages (uuid4 hex)."""
+    return uuid.uuid4().hex
+
+
+class MessageRecord(BaseModel):
+    """One answered question, kept for feedback and ratings."""
+
+    message_id: str
+    session_id: str | None = None
+    channel: str = "api"
+    asked_from: str | None = None
+    question: str
+    rewritten_question: str | None = None
+    answer: str
+    mode: Mode
+    abstained: bool = False
+    cited_page_ids: list[int] = Field(default_factory=list)
+    created_at: str
+    rating: Rating | None = None
+    comment: str | None = None
+    feedback_at: str | None = None
+
+
+class _SessionRecord(BaseModel):
+    session_id: str
+    mode: Mode
+    language: LanguageChoice
+    created_at: str
+    updated_at: str
+
+
+async def _guard(what: str, call: Callable[[], Awaitable[R]]) -> R:
+    try:
+        return await call()
+    except RedisError as exc:
+        raise DependencyUnavailable(f"Redis failed on {what}: {exc}", dependency=REDIS) from None
+    except OSError as exc:
+        raise DependencyUnavailable(f"Redis is unreachable ({what}): {exc}", dependency=REDIS) from None
+
+
+class ChatStore:
+    """Sessions, their turns and answered messages."""
+
+    def __init__(
+        self,
+        *,
+        client: aioredis.Redis,
+        prefix: str,
+        session_ttl_s: int,
+        max_turns: int,
+        message_ttl_s: int,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.session_ttl_s = session_ttl_s
+        self.max_turns = max_turns
+        self.message_ttl_s = message_ttl_s
+
+    def _session_key(self, session_id: str) -> str:
+        return f"{self.prefix}:chat:session:{session_id}"
+
+    def _turns_key(self, session_id: str) -> str:
+        return f"{self.prefix}:chat:session:{session_id}:turns"
+
+    def _message_key(self, message_id: str) -> str:
+        return f"{self.prefix}:chat:message:{message_id}"
+
+    async def ping(self) -> bool:
+        """True when Redis answers."""
+        try:
+            return bool(await self.client.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def create_session(self, *, mode: Mode, language: LanguageChoice) -> SessionInfo:
+        """A new empty session."""
+        stamp = now_iso()
+        record = _SessionRecord(
+            session_id=new_id(), mode=mode, language=language, created_at=stamp, updated_at=stamp
+        )
+        await _guard(
+            "create session",
+            lambda: self.client.set(
+                self._session_key(record.session_id), record.model_dump_json(), ex=self.session_ttl_s
+            ),
+        )
+        return SessionInfo(**record.model_dump(), expires_in_s=self.session_ttl_s)
+
+    async def _record(self, session_id: str) -> _SessionRecord:
+        raw = await _guard("read session", lambda: self.client.get(self._session_key(session_id)))
+        if raw is None:
+            raise NotFound(f"session {session_id!r} does not exist or has expired")
+        return _SessionRecord.model_validate_json(raw)
+
+    async def session(self, session_id: str) -> SessionInfo:
+        """The session (``NotFound`` when unknown or expired)."""
+        record = await self._record(session_id)
+        ttl = await _guard("read session ttl", lambda: self.client.ttl(self._session_key(session_id)))
+        return SessionInfo(**record.model_dump(), expires_in_s=max(int(ttl), 0))
+
+    async def view(self, session_id: str) -> SessionView:
+        """The session with its stored turns."""
+        info = await self.session(session_id)
+        return SessionView(**info.model_dump(), turns=await self.turns(session_id))
+
+    async def turns(self, session_id: str, *, last: int | None = None) -> list[Turn]:
+        """Stored turns, oldest first (only the ``last`` n when given)."""
+        start = 0 if last is None else -last
+        if last == 0:
+            return []
+        raw = await _guard("read turns", lambda: self.client.lrange(self._turns_key(session_id), start, -1))
+        turns: list[Turn] = []
+        for item in raw:
+            try:
+                turns.append(Turn.model_validate_json(item))
+            except ValidationError:
+                continue  # a turn written by an older version: skip it rather than fail the chat
+        return turns
+
+    async def add_turn(self, session_id: str, turn: Turn) -> None:
+        """Append a turn, keep the newest ``max_turns``, and extend the session's life."""
+        record = await self._record(session_id)
+        record.updated_at = turn.created_at
+        key, turns_key = self._session_key(session_id), self._turns_key(session_id)
+
+        async def write() -> None:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.set(key, record.model_dump_json(), ex=self.session_ttl_s)
+                pipe.rpush(turns_key, turn.model_dump_json())
+                pipe.ltrim(turns_key, -self.max_turns, -1)
+                pipe.expire(turns_key, self.session_ttl_s)
+                await pipe.execute()
+
+        await _guard("store turn", write)
+
+    async def save_message(self, message: MessageRecord) -> None:
+        """Keep an answer for later feedback."""
+        await _guard(
+            "store message",
+            lambda: self.client.set(
+                self._message_key(message.message_id), message.model_dump_json(), ex=self.message_ttl_s
+            ),
+        )
+
+    async def message(self, message_id: str) -> MessageRecord:
+        """A stored answer (``NotFound`` when unknown or expired)."""
+        raw = await _guard("read message", lambda: self.client.get(self._message_key(message_id)))
+        if raw is None:
+            raise NotFound(f"message {message_id!r} does not exist or has expired")
+        return MessageRecord.model_validate_json(raw)
+
+    async def set_feedback(
+        self, message_id: str, *, rating: Rating | None, comment: str | None
+    ) -> MessageRecord:
+        """Record (or replace) the feedback on an answer, keeping its remaining lifetime."""
+        key = self._message_key(message_id)
+
+        async def update() -> MessageRecord:
+            async with self.client.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        await pipe.watch(key)
+                        raw = await pipe.get(key)
+                        if raw is None:
+                            raise NotFound(f"message {message_id!r} does not exist or has expired")
+                        ttl = await pipe.ttl(key)
+                        record = MessageRecord.model_validate_json(raw)
+                        record.rating, record.comment, record.feedback_at = rating, comment, now_iso()
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        pipe.set(
+                            key,
+                            record.model_dump_json(),
+                            ex=max(int(ttl), 1) if ttl > 0 else self.message_ttl_s,
+                        )
+                        await pipe.execute()
+                        return record
+                    except aioredis.WatchError:
+                        continue
+
+        return await _guard("store feedback", update)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON that keeps Hebrew readable."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

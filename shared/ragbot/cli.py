@@ -1,0 +1,52 @@
+"""The ``ragbot`` command: one parser, one subcommand per job; each module registers its own.
+
+Subcommands: ``index`` (folders of documents, re-embedding what changed), ``eval`` (retrieval
+quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
+pairs from a BEIR split), ``chat`` (talk to the chat service, streaming). Errors ragbot raises on purpose end the command with status 1 and a
+one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ragbot.errors import RagbotError
+
+logger = logging.getLogger("ragbot.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ragbot`` parser with every subcommand."""
+    from ragbot import cli_chat, cli_eval, cli_index
+
+    parser = argparse.ArgumentParser(prog="ragbot", description="ragbot command-line tools")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cli_eval.register(subparsers)
+    cli_index.register(subparsers)
+    cli_chat.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ragbot`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        status: int = args.handler(args)
+    except RagbotError as exc:
+        logger.error("%s failed: %s", args.command, exc)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

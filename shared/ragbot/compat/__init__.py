@@ -1,0 +1,1 @@
+"""Compatibility layers for libraries ragbot replaces (``ragbot.compat.kolzchut``)."""

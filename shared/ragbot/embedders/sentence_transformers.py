@@ -1,0 +1,206 @@
+"""The sentence-transformers adapter: any SentenceTransformer folder behind the ``Embedder`` port."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ragbot.embedders._counting import WHITESPACE_PRE_TOKENIZERS, WordSumCounter
+from ragbot.errors import EmbeddingError
+from ragbot.ports import Vector
+
+logger = logging.getLogger(__name__)
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+def l2_normalise(matrix: Any) -> Vector:
+    """Rows as float32 unit vectors (fp16 models and custom heads are not trusted to normalise)."""
+    out = np.asarray(matrix, dtype=np.float32)
+    if out.ndim == 1:
+        out = out.reshape(1, -1)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    np.maximum(norms, 1e-12, out=norms)
+    result: Vector = np.ascontiguousarray(out / norms, dtype=np.float32)
+    return result
+
+
+class SentenceTransformerEmbedder:
+    """A SentenceTransformer model; construction only stores configuration, ``warm_up`` loads it.
+
+    ``count_tokens`` counts what the model is fed for a passage: the passage prefix, the text and
+    the special tokens ([CLS]/[SEP]) once, without truncation. Packing code that sums several
+    pieces must subtract the fixed overhead (``count_tokens`` of an empty input's specials) so the
+    special tokens are not counted twice; ``ragbot.paragraphs`` does.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: Path | str,
+        *,
+        device: Device = "auto",
+        batch_size: int = 32,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+    ) -> None:
+        self.name = name
+        self.path = Path(path)
+        self.device: Device = device
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self._model: Any = None
+        self._counter: Callable[[str], int] | None = None
+        self._dimension = 0
+        self._max_tokens = 0
+        self._resolved_device = ""
+        self._load_lock = threading.Lock()
+        self._encode_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder(name={self.name!r}, path={str(self.path)!r})"
+
+    @property
+    def loaded(self) -> bool:
+        """True once ``warm_up`` has loaded the model."""
+        return self._model is not None
+
+    @property
+    def resolved_device(self) -> str:
+        """The device the model runs on ("cpu" or "cuda"), once loaded."""
+        return self._resolved_device
+
+    @property
+    def dimension(self) -> int:
+        """Vector size, read from the model; 0 until ``warm_up`` (so ``isinstance`` checks never load)."""
+        return self._dimension if self._model is not None else 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The model's ``max_seq_length`` (longer inputs are truncated); 0 until ``warm_up``."""
+        return self._max_tokens if self._model is not None else 0
+
+    def warm_up(self) -> None:
+        """Load the model once per process: CUDA with fp16 when present (device "auto"), else CPU."""
+        if self._model is not None:
+            return
+        with self._load_lock:
+            if self._model is not None:
+                return
+            try:
+                import torch
+                from sentence_transformers import SentenceTransformer
+
+                device = self.device
+                if device == "auto":
+                    device = "cuda" if torch.cuda.is_available() else "cpu"
+                model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
+                if device == "cuda":
+                    model.half()
+                dimension = _dimension_of(model)
+                max_tokens = int(model.max_seq_length or model.tokenizer.model_max_length)
+                counter = _token_counter(model.tokenizer, self.passage_prefix)
+            except EmbeddingError:
+                raise
+            except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
+                raise EmbeddingError(f"could not load model {self.name!r} from {self.path}: {exc}") from exc
+            self._dimension, self._max_tokens, self._counter = dimension, max_tokens, counter
+            self._resolved_device = device
+            self._model = model
+            logger.info(
+                "embedding model loaded",
+                extra={"model": self.name, "device": device, "dimension": dimension, "max_len": max_tokens},
+            )
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens the model is fed for ``text`` as a passage (prefix and specials included once)."""
+        self._require_loaded()
+        assert self._counter is not None
+        return self._counter(text)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """L2-normalised query vectors (query prefix applied), shape (n, dimension)."""
+        return self._encode(texts, self.query_prefix)
+
+    def embed_passages(self, texts: Sequence[str]) -> Vector:
+        """L2-normalised passage vectors (passage prefix applied), shape (n, dimension)."""
+        return self._encode(texts, self.passage_prefix)
+
+    def close(self) -> None:
+        """Free the model (and the GPU memory it held)."""
+        with self._load_lock:
+            model, self._model, self._counter = self._model, None, None
+        if model is not None and self._resolved_device == "cuda":
+            import torch
+
+            del model
+            torch.cuda.empty_cache()
+
+    def _encode(self, texts: Sequence[str], prefix: str) -> Vector:
+        self._require_loaded()
+        if isinstance(texts, str):
+            raise TypeError("pass a sequence of texts, not a single string")
+        if not texts:
+            return np.zeros((0, self._dimension), dtype=np.float32)
+        try:
+            with self._encode_lock:
+                raw = self._model.encode(
+                    list(texts),
+                    prompt=prefix,
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        except Exception as exc:  # torch/tokenizer errors become ours
+            raise EmbeddingError(f"model {self.name!r} failed to encode {len(texts)} texts: {exc}") from exc
+        return l2_normalise(raw)
+
+    def _require_loaded(self) -> None:
+        if self._model is None:
+            raise EmbeddingError(f"model {self.name!r} is not loaded: call warm_up() first")
+
+
+def _dimension_of(model: Any) -> int:
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dimension = getter()
+    if not dimension:
+        raise EmbeddingError(f"the model at {model} does not report its embedding dimension")
+    return int(dimension)
+
+
+def _token_counter(tokenizer: Any, prefix: str) -> Callable[[str], int]:
+    """A counter on a private copy of the fast tokenizer (no truncation, no padding, no shared state).
+
+    The transformers wrapper keeps truncation/padding state in its backend tokenizer (MiniLM's ships
+    with truncation at 128 and padding to 128), so counting through it would be wrong and not
+    thread-safe. Whitespace-splitting tokenizers count word by word (see ``_counting``).
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow (pure Python) tokenizer: exact but slower
+
+        def count_slow(text: str) -> int:
+            ids = tokenizer(prefix + text, add_special_tokens=True, truncation=False, verbose=False)
+            return len(ids["input_ids"])
+
+        return count_slow
+
+    from tokenizers import Tokenizer
+
+    private = Tokenizer.from_str(backend.to_str())
+    private.no_truncation()
+    private.no_padding()
+
+    def count_exact(text: str) -> int:
+        return len(private.encode(prefix + text, add_special_tokens=True).ids)
+
+    splits_on_space = type(private.pre_tokenizer).__name__ in WHITESPACE_PRE_TOKENIZERS
+    if splits_on_space and (not prefix or prefix[-1].isspace()):
+        return WordSumCounter(count_exact)
+    return count_exact

@@ -1,0 +1,44 @@
+"""Domain events (``page.indexed``, ``page.deleted``) on a capped Redis stream ``<prefix>:events``."""
+
+from __future__ import annotations
+
+import logging
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
+
+from ragbot.errors import DependencyUnavailable
+from ragbot.schemas.messages import PageDeleted, PageIndexed
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAXLEN = 100_000
+
+
+def events_key(key_prefix: str) -> str:
+    """The stream every event goes to."""
+    return f"{key_prefix}:events"
+
+
+class EventPublisher:
+    """Appends events to the stream, trimmed approximately to ``maxlen`` entries."""
+
+    def __init__(self, *, redis: Redis, key_prefix: str, maxlen: int = DEFAULT_MAXLEN) -> None:
+        self.redis = redis
+        self.key = events_key(key_prefix)
+        self.maxlen = maxlen
+
+    async def publish(self, event: PageIndexed | PageDeleted) -> str:
+        """Append one event; returns its stream id."""
+        fields: dict[FieldT, EncodableT] = {
+            "type": event.type,
+            "page_id": event.page_id,
+            "data": event.model_dump_json(),
+        }
+        try:
+            entry = await self.redis.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
+        except RedisError as exc:
+            message = f"could not publish {event.type}: {exc}"
+            raise DependencyUnavailable(message, dependency="redis") from None
+        return entry.decode() if isinstance(entry, bytes) else str(entry)

@@ -1,0 +1,145 @@
+"""From a page to the paragraphs a store writes: split once, fill the saved fields, embed in batches.
+
+Every (model, field) pair of the definition is embedded with ONE ``embed_passages`` call over the
+page's distinct texts for that field: ``content`` differs per paragraph, page-level fields such as
+``title`` are the same text in every paragraph and are embedded once and shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from ragbot.definition import DocumentDefinition
+from ragbot.errors import ConfigurationError, EmbeddingError
+from ragbot.paragraphs import LinkTargets, ParagraphText, Strategy, split_page
+from ragbot.ports import Embedder, StoredParagraph, Vector
+from ragbot.schemas.pages import Page
+from ragbot.stores import doc_id
+
+__all__ = ["build_stored_paragraphs", "doc_id", "effective_max_tokens", "embed_distinct", "page_fields"]
+
+# Page attributes a definition's saved_fields may name (anything else comes from ``page.extra``).
+_PAGE_FIELDS = ("title", "url", "summary", "revision_date", "namespace", "categories", "page_id")
+
+
+def effective_max_tokens(settings_max: int, embedders: Iterable[Embedder]) -> int:
+    """The paragraph budget: the configured size, never above any model's own input limit."""
+    return min([settings_max, *(e.max_tokens for e in embedders)])
+
+
+def build_stored_paragraphs(
+    page: Page,
+    *,
+    definition: DocumentDefinition,
+    embedders: Mapping[str, Embedder],
+    max_tokens: int,
+    strategy: Strategy = "structure",
+    link_targets: LinkTargets = "keep",
+    now: datetime | None = None,
+) -> list[StoredParagraph]:
+    """The page's paragraphs with saved fields, core fields and one vector per (model, field)."""
+    missing = [m for m in definition.model_names if m not in embedders]
+    if missing:
+        raise ConfigurationError(f"no embedder for model(s) {missing} named in the document definition")
+    models = [embedders[m] for m in definition.model_names]
+    paragraphs = split_page(
+        page,
+        token_counters=[e.count_tokens for e in models],
+        max_tokens=effective_max_tokens(max_tokens, models),
+        strategy=strategy,
+        link_targets=link_targets,
+    )
+    stamp = (now or datetime.now(UTC)).isoformat()
+    base = page_fields(page, definition)
+    stored = [
+        StoredParagraph(
+            doc_id=doc_id(page.page_id, page.revision_id, p.index),
+            page_id=page.page_id,
+            revision_id=page.revision_id,
+            paragraph=p.index,
+            fields=_paragraph_fields(base, p, page=page, definition=definition, stamp=stamp),
+        )
+        for p in paragraphs
+    ]
+    for vector_field in definition.vector_fields:
+        texts = [_as_text(sp.fields.get(vector_field.field)) for sp in stored]
+        vectors = embed_distinct(embedders[vector_field.model], texts)
+        for sp, vector in zip(stored, vectors, strict=True):
+            if vector is not None:
+                sp.vectors[vector_field.name] = vector
+    return stored
+
+
+def page_fields(page: Page, definition: DocumentDefinition) -> dict[str, Any]:
+    """The definition's saved fields that come from the page itself (not from the paragraph)."""
+    fields: dict[str, Any] = {}
+    for name in definition.saved_fields:
+        if name == "content":
+            continue
+        value: Any
+        if name in _PAGE_FIELDS:
+            value = getattr(page, name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, list):
+                value = list(value)
+        else:
+            value = page.extra.get(name)
+        if value is not None:
+            fields[name] = value
+    return fields
+
+
+def embed_distinct(embedder: Embedder, texts: Sequence[str]) -> list[Vector | None]:
+    """One vector per text from one batched call over the distinct non-blank texts; None for blank.
+
+    A blank field (no summary, an empty title) gets no vector rather than the embedding of nothing,
+    which would sit close to every query.
+    """
+    distinct = list(dict.fromkeys(t for t in texts if t.strip()))
+    if not distinct:
+        return [None] * len(texts)
+    matrix = embedder.embed_passages(distinct)
+    if matrix.shape[0] != len(distinct):
+        raise EmbeddingError(
+            f"model {embedder.name!r} returned {matrix.shape[0]} vectors for {len(distinct)} texts"
+        )
+    rows: dict[str, Vector] = {t: np.asarray(matrix[i], dtype=np.float32) for i, t in enumerate(distinct)}
+    return [rows.get(t) if t.strip() else None for t in texts]
+
+
+def _paragraph_fields(
+    base: Mapping[str, Any],
+    paragraph: ParagraphText,
+    *,
+    page: Page,
+    definition: DocumentDefinition,
+    stamp: str,
+) -> dict[str, Any]:
+    fields = dict(base)
+    if "content" in definition.saved_fields:
+        fields["content"] = paragraph.text
+    if "location" in definition.saved_fields and paragraph.location is not None:
+        fields["location"] = paragraph.location
+    fields.update(
+        doc_id=doc_id(page.page_id, page.revision_id, paragraph.index),
+        page_id=page.page_id,
+        revision_id=page.revision_id,
+        paragraph=paragraph.index,
+        heading=paragraph.heading,
+        source=page.source,
+        last_update=stamp,
+    )
+    return fields
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value)
+    return str(value)

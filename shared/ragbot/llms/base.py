@@ -1,0 +1,131 @@
+"""What every LLM adapter shares: the stream type that carries usage, the error, the timeouts.
+
+An adapter's ``stream()`` returns a ``TokenStream``: an async iterator of text pieces (so it satisfies
+the ``ChatModel`` port) whose ``usage`` is filled in as the server reports it. Closing the stream
+early (``aclose()``, or the consumer being cancelled) stops generation at the adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ragbot.errors import DependencyUnavailable
+from ragbot.ports import ChatMessage
+
+LLM_DEPENDENCY = "llm"
+
+
+class LLMError(DependencyUnavailable):
+    """The LLM failed, timed out or refused the request; the message says which and why."""
+
+    def __init__(self, message: str, *, dependency: str = LLM_DEPENDENCY) -> None:
+        super().__init__(message, dependency=dependency)
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts of one generation (``prompt_tokens`` is None when the server does not say)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    reported: bool = False
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The OpenAI-style usage object."""
+        total = None if self.prompt_tokens is None else self.prompt_tokens + self.completion_tokens
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": total,
+        }
+
+
+class TokenStream(AsyncIterator[str]):
+    """Text pieces of one answer, plus the usage the server reported once it is finished."""
+
+    def __init__(self, pieces: AsyncGenerator[str, None], usage: Usage) -> None:
+        self._pieces = pieces
+        self.usage = usage
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._pieces.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop generating (idempotent)."""
+        await self._pieces.aclose()
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A streaming chat model behind the ``ChatModel`` port, with a lifecycle and a name."""
+
+    backend: str
+
+    @property
+    def model(self) -> str:
+        """The model name answers are generated with."""
+
+    def warm_up(self) -> None:
+        """Load the model or build the client (idempotent; may block: call it from a thread)."""
+
+    async def ping(self) -> bool:
+        """True when the LLM can answer (for /readyz)."""
+
+    def stream(
+        self,
+        *,
+        messages: Sequence[ChatMessage],
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        model: str | None = None,
+    ) -> TokenStream:
+        """Start generating; iterate the result for text pieces."""
+
+    async def close(self) -> None:
+        """Free the model or the connections."""
+
+
+def with_timeouts(stream: TokenStream, *, first_token_s: float, idle_s: float, total_s: float) -> TokenStream:
+    """The same stream, failing with ``LLMError`` when a piece takes too long or the whole answer does."""
+
+    async def bounded() -> AsyncGenerator[str, None]:
+        started = time.monotonic()
+        first = True
+        try:
+            while True:
+                left = total_s - (time.monotonic() - started)
+                if left <= 0:
+                    raise LLMError(f"the LLM did not finish within {total_s:g} s")
+                limit = min(first_token_s if first else idle_s, left)
+                try:
+                    piece = await asyncio.wait_for(stream.__anext__(), timeout=limit)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    what = "the first token" if first else "the next token"
+                    raise LLMError(f"the LLM did not send {what} within {limit:g} s") from None
+                first = False
+                yield piece
+        finally:
+            await stream.aclose()
+
+    return TokenStream(bounded(), stream.usage)
+
+
+async def complete(stream: TokenStream) -> str:
+    """Collect a whole answer (rewrites and non-streaming callers)."""
+    pieces = [piece async for piece in stream]
+    return "".join(pieces)
+
+
+def as_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+    """Messages in the ``[{role, content}]`` shape every backend takes."""
+    return [{"role": m.role, "content": m.content} for m in messages]

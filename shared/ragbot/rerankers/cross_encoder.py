@@ -1,0 +1,110 @@
+"""The cross-encoder adapter: a sentence-transformers ``CrossEncoder`` folder behind the ``Reranker`` port.
+
+The folder is any sequence-classification model with one output (``ragbot train-reranker`` writes
+one). Scores are the model's sigmoid outputs, 0..1, so a score floor and a gap ratio
+(``RetrieverSettings.rerank_min_score`` / ``rerank_gap_ratio``) read as probabilities.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from ragbot.errors import ConfigurationError, EmbeddingError
+
+logger = logging.getLogger(__name__)
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class RerankError(EmbeddingError):
+    """The reranker failed to load or score (a model error, like an embedder's)."""
+
+
+class CrossEncoderReranker:
+    """A cross-encoder loaded from a folder; construction only stores configuration, ``warm_up`` loads."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        device: Device = "auto",
+        batch_size: int = 32,
+        max_length: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.name = self.path.name
+        self.device: Device = device
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        self._score_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"CrossEncoderReranker(path={str(self.path)!r})"
+
+    @property
+    def loaded(self) -> bool:
+        """True once ``warm_up`` has loaded the model."""
+        return self._model is not None
+
+    def warm_up(self) -> None:
+        """Load the model once (CUDA in fp16 when present and device is "auto"); idempotent."""
+        if self._model is not None:
+            return
+        with self._load_lock:
+            if self._model is not None:
+                return
+            if not (self.path / "config.json").is_file():
+                raise ConfigurationError(
+                    f"reranker folder {self.path} has no config.json (train one with `ragbot train-reranker`)"
+                )
+            try:
+                import torch
+                from sentence_transformers import CrossEncoder
+
+                device = self.device
+                if device == "auto":
+                    device = "cuda" if torch.cuda.is_available() else "cpu"
+                model = CrossEncoder(
+                    str(self.path), device=device, local_files_only=True, max_length=self.max_length
+                )
+                if device == "cuda":
+                    model.half()
+                model.eval()
+            except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
+                raise RerankError(f"could not load reranker from {self.path}: {exc}") from exc
+            self._model = model
+            logger.info("reranker loaded", extra={"path": str(self.path), "device": device})
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One relevance score (0..1) per passage, in the order given."""
+        if self._model is None:
+            raise RerankError(f"reranker {self.path} is not loaded: call warm_up() first")
+        if isinstance(passages, str):
+            raise TypeError("pass a sequence of passages, not a single string")
+        if not passages:
+            return []
+        pairs = [(query, p) for p in passages]
+        try:
+            with self._score_lock:
+                raw = self._model.predict(
+                    pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True
+                )
+        except Exception as exc:  # torch/tokenizer errors become ours
+            raise RerankError(f"reranker {self.path} failed on {len(pairs)} pairs: {exc}") from exc
+        return [float(s) for s in raw.reshape(-1)]
+
+    def close(self) -> None:
+        """Free the model (and the GPU memory it held)."""
+        with self._load_lock:
+            model, self._model = self._model, None
+        if model is not None and str(getattr(model, "device", "")).startswith("cuda"):
+            import torch
+
+            del model
+            torch.cuda.empty_cache()

@@ -1,0 +1,19 @@
+"""Retrieval: the engine that turns a query into grouped, fused (and optionally reranked) paragraphs."""
+
+from ragbot.retrieval.engine import (
+    BM25_BRANCH,
+    Branch,
+    RetrievalDefaults,
+    RetrievalEngine,
+    RetrievalResult,
+    strip_vector_fields,
+)
+
+__all__ = [
+    "BM25_BRANCH",
+    "Branch",
+    "RetrievalDefaults",
+    "RetrievalEngine",
+    "RetrievalResult",
+    "strip_vector_fields",
+]

@@ -1,0 +1,467 @@
+"""The retrieval engine: embed the query per model, search every branch at once, fuse, group, rerank.
+
+Query embeddings are cached by the embedders themselves: composition roots wrap them with
+``ragbot.embedders.cached_queries`` (an LRU keyed by model and text).
+
+It depends only on ports (``SearchStore``, ``Embedder``, ``Reranker``) and the pure functions of
+``ragbot.fusion``; the retriever service and the kolzchut-ragbot compatibility layer both drive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from ragbot.definition import DocumentDefinition, VectorField, is_vector_field
+from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
+from ragbot.fusion import (
+    DEFAULT_RRF_K,
+    FusedHit,
+    apply_relevance_threshold,
+    apply_rerank,
+    fuse_pages,
+    fuse_rrf,
+    fuse_scores,
+    group_ranked,
+    page_order,
+)
+from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
+from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
+from ragbot.settings import RetrieverSettings
+
+log = logging.getLogger(__name__)
+
+BM25_BRANCH = "bm25"
+STAGES = ("embed", "dense", "bm25", "fusion", "rerank", "total")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalDefaults:
+    """What a request that leaves a knob out gets; built from ``RetrieverSettings``."""
+
+    mode: SearchMode = "hybrid"
+    fusion: FusionMethod = "rrf"
+    rrf_k: int = DEFAULT_RRF_K
+    bm25_weight: float = 1.0
+    rerank: bool = True
+    rerank_top_n: int = 20
+    rerank_min_score: float | None = None
+    rerank_gap_ratio: float | None = None
+    max_query_chars: int = 2000
+    store_timeout_s: float = 10.0
+    embed_timeout_s: float = 30.0
+    # page_rrf: count a page at every paragraph's rank (the seed's code) instead of its first one.
+    page_rrf_every_paragraph: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
+        """The service's configured defaults."""
+        return cls(
+            mode=settings.default_mode,
+            fusion=settings.default_fusion,
+            rrf_k=settings.rrf_k,
+            bm25_weight=settings.bm25_weight,
+            rerank=settings.default_rerank,
+            rerank_top_n=settings.rerank_top_n,
+            rerank_min_score=settings.rerank_min_score,
+            rerank_gap_ratio=settings.rerank_gap_ratio,
+            max_query_chars=settings.max_query_chars,
+            store_timeout_s=settings.store_timeout_s,
+            embed_timeout_s=settings.embed_timeout_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One ranked list the engine fuses: a dense (model, field) search or BM25."""
+
+    name: str
+    kind: Literal["dense", "bm25"]
+    weight: float
+    model: str | None = None
+    field: str | None = None
+
+
+@dataclass(slots=True)
+class RetrievalResult:
+    """Everything one retrieval produced, before it is shaped for HTTP or the compat API."""
+
+    query: str
+    mode: SearchMode
+    fusion: FusionMethod
+    rrf_k: float
+    branches: list[Branch]
+    candidates: dict[str, list[SearchHit]]
+    dropped_by_threshold: dict[str, int]
+    fused: list[FusedHit]
+    documents: list[FusedHit]
+    rerank_scores: list[tuple[FusedHit, float]] | None = None
+    rerank_kept: int | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def no_relevant_paragraphs(self) -> bool:
+        """True when the reranker found nothing above its floor."""
+        return self.rerank_kept == 0
+
+
+def strip_vector_fields(source: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a stored source without any ``*_vectors`` key."""
+    return {k: v for k, v in source.items() if not is_vector_field(k)}
+
+
+def _candidate(hit: SearchHit, title_field: str = "title") -> dict[str, Any]:
+    return {
+        "_id": hit.doc_id,
+        "score": hit.score,
+        "title": hit.source.get(title_field),
+        "page_id": hit.page_id,
+        "paragraph": hit.source.get("paragraph"),
+    }
+
+
+def _first_row(matrix: Vector) -> Vector:
+    row: Vector = matrix[0]
+    return row
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class RetrievalEngine:
+    """Hybrid multi-model retrieval over a ``SearchStore``; construction loads nothing."""
+
+    def __init__(
+        self,
+        *,
+        store: SearchStore,
+        embedders: Mapping[str, Embedder],
+        definition: DocumentDefinition,
+        reranker: Reranker | None = None,
+        defaults: RetrievalDefaults | None = None,
+    ) -> None:
+        self.store = store
+        self.embedders = dict(embedders)
+        self.definition = definition
+        self.reranker = reranker
+        self.defaults = defaults or RetrievalDefaults()
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
+        """Answer ``POST /v1/retrieve``: documents, the debug view of every stage and timings."""
+        result = await self.run(request)
+        return RetrieveResponse(
+            documents=[self.document(hit) for hit in result.documents],
+            debug=self.debug(result),
+            timings_ms=result.timings_ms,
+        )
+
+    async def run(self, request: RetrieveRequest) -> RetrievalResult:
+        """Embed, search every branch concurrently, threshold, fuse, rerank and group by page."""
+        started = time.perf_counter()
+        timings = dict.fromkeys(STAGES, 0.0)
+        query = self._check_query(request.query)
+        mode: SearchMode = request.mode or self.defaults.mode
+        method: FusionMethod = request.fusion or self.defaults.fusion
+        branches = self._branches(request, mode)
+        rerank = self._wants_rerank(request)
+        size = request.retrieval_size
+        filters: Filters | None = request.filters
+        candidates: dict[str, list[SearchHit]] = {}
+
+        bm25_task: asyncio.Task[tuple[list[SearchHit], float]] | None = None
+        if any(b.kind == "bm25" for b in branches):
+            bm25_task = asyncio.create_task(self._timed(self._bm25(query=query, k=size, filters=filters)))
+        try:
+            dense = [b for b in branches if b.kind == "dense"]
+            if dense:
+                t0 = time.perf_counter()
+                models = list(dict.fromkeys(b.model for b in dense if b.model is not None))
+                vectors = dict(
+                    zip(models, await asyncio.gather(*(self._embed(m, query) for m in models)), strict=True)
+                )
+                timings["embed"] = _ms(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                results = await asyncio.gather(
+                    *(
+                        self._knn(vector_field=b.name, vector=vectors[b.model or ""], k=size, filters=filters)
+                        for b in dense
+                    )
+                )
+                timings["dense"] = _ms(time.perf_counter() - t0)
+                candidates.update(zip((b.name for b in dense), results, strict=True))
+            if bm25_task is not None:
+                hits, seconds = await bm25_task
+                candidates[BM25_BRANCH] = hits
+                timings["bm25"] = _ms(seconds)
+        finally:
+            if bm25_task is not None:
+                if not bm25_task.done():
+                    bm25_task.cancel()
+                elif not bm25_task.cancelled():
+                    bm25_task.exception()  # already reported through the failing branch; mark it seen
+
+        t0 = time.perf_counter()
+        threshold = request.paragraph_relevance_threshold
+        dropped: dict[str, int] = {}
+        lists: dict[str, list[SearchHit]] = {}
+        for b in branches:
+            hits = candidates[b.name]
+            kept = apply_relevance_threshold(hits, threshold) if b.kind == "dense" else list(hits)
+            dropped[b.name] = len(hits) - len(kept)
+            lists[b.name] = kept
+        weights = {b.name: b.weight for b in branches}
+        k: float = request.rrf_k or (
+            len(request.paragraphs_per_page) if method == "page_rrf" else self.defaults.rrf_k
+        )
+        fused = self._fuse(
+            method, lists, weights=weights, k=k, dense=[b.name for b in branches if b.kind == "dense"]
+        )
+        timings["fusion"] = _ms(time.perf_counter() - t0)
+
+        result = RetrievalResult(
+            query=query,
+            mode=mode,
+            fusion=method,
+            rrf_k=k,
+            branches=branches,
+            candidates=candidates,
+            dropped_by_threshold=dropped,
+            fused=fused,
+            documents=[],
+            timings_ms=timings,
+        )
+        ranked = fused
+        if rerank and fused:
+            t0 = time.perf_counter()
+            ranked = await self._rerank(query, fused, result)
+            timings["rerank"] = _ms(time.perf_counter() - t0)
+        result.documents = group_ranked(ranked, request.paragraphs_per_page)
+        timings["total"] = _ms(time.perf_counter() - started)
+        return result
+
+    def document(self, hit: FusedHit) -> dict[str, Any]:
+        """A paragraph as handed to clients: vector-free source, id, page id and final score."""
+        return {
+            **strip_vector_fields(hit.source),
+            "_id": hit.doc_id,
+            "page_id": hit.page_id,
+            "score": hit.score,
+        }
+
+    def debug(self, result: RetrievalResult) -> dict[str, Any]:
+        """The debug view: every branch's candidates with raw scores, the fused list, rerank scores."""
+        branches: dict[str, Any] = {}
+        for b in result.branches:
+            branches[b.name] = {
+                "kind": b.kind,
+                "model": b.model,
+                "field": b.field,
+                "weight": b.weight,
+                "dropped_by_threshold": result.dropped_by_threshold.get(b.name, 0),
+                "candidates": [_candidate(h) for h in result.candidates.get(b.name, [])],
+            }
+        debug: dict[str, Any] = {
+            "mode": result.mode,
+            "fusion": result.fusion,
+            "rrf_k": result.rrf_k,
+            "branches": branches,
+            "fused": [
+                {
+                    "_id": f.doc_id,
+                    "page_id": f.page_id,
+                    "score": f.score,
+                    "ranks": f.ranks,
+                    "raw_scores": f.raw_scores,
+                }
+                for f in result.fused
+            ],
+            "pages": page_order(result.documents, lambda h: h.page_id),
+            "rerank": None,
+        }
+        if result.rerank_scores is not None:
+            debug["rerank"] = {
+                "scores": [
+                    {"_id": h.doc_id, "page_id": h.page_id, "score": s} for h, s in result.rerank_scores
+                ],
+                "kept": result.rerank_kept,
+                "no_relevant_paragraphs": result.no_relevant_paragraphs,
+            }
+        return debug
+
+    def models_info(self) -> list[dict[str, Any]]:
+        """The dense models this engine searches, with their dimensions and vector fields."""
+        return [
+            {
+                "name": name,
+                "dimension": self.embedders[name].dimension,
+                "vector_fields": [v.name for v in self.definition.vector_fields_for(name)],
+            }
+            for name in self.definition.model_names
+            if name in self.embedders
+        ]
+
+    # -- request checks -------------------------------------------------------------------------
+
+    def _check_query(self, query: str) -> str:
+        if not query.strip():
+            raise ValidationFailed("query must not be blank", field="query")
+        if len(query) > self.defaults.max_query_chars:
+            raise ValidationFailed(
+                f"query is {len(query)} characters; the limit is {self.defaults.max_query_chars}",
+                field="query",
+            )
+        return query
+
+    def _branches(self, request: RetrieveRequest, mode: SearchMode) -> list[Branch]:
+        """The ranked lists this request fuses, with their weights (weight 0 means not searched)."""
+        branches: list[Branch] = []
+        if mode in ("semantic", "hybrid"):
+            weights = (
+                request.models
+                if request.models is not None
+                else dict.fromkeys(self.definition.model_names, 1.0)
+            )
+            for name, weight in weights.items():
+                if name not in self.definition.models or name not in self.embedders:
+                    known = sorted(set(self.definition.models) & set(self.embedders))
+                    raise ValidationFailed(f"unknown model {name!r}; known models: {known}", field="models")
+                if not isinstance(weight, int | float) or not math.isfinite(weight) or weight < 0:
+                    raise ValidationFailed(f"weight of {name!r} must be a finite number >= 0", field="models")
+                if weight == 0:
+                    continue
+                branches.extend(
+                    self._dense_branch(v, float(weight)) for v in self.definition.vector_fields_for(name)
+                )
+        if mode in ("lexical", "hybrid"):
+            bm25_weight = self.defaults.bm25_weight if request.bm25_weight is None else request.bm25_weight
+            if not math.isfinite(bm25_weight) or bm25_weight < 0:
+                raise ValidationFailed("bm25_weight must be a finite number >= 0", field="bm25_weight")
+            if bm25_weight > 0:
+                branches.append(Branch(name=BM25_BRANCH, kind="bm25", weight=bm25_weight))
+        if not branches:
+            field_name = "bm25_weight" if mode == "lexical" else "models"
+            raise ValidationFailed(f"nothing to search in {mode} mode: every weight is 0", field=field_name)
+        return branches
+
+    @staticmethod
+    def _dense_branch(vector_field: VectorField, weight: float) -> Branch:
+        return Branch(
+            name=vector_field.name,
+            kind="dense",
+            weight=weight,
+            model=vector_field.model,
+            field=vector_field.field,
+        )
+
+    def _wants_rerank(self, request: RetrieveRequest) -> bool:
+        if request.rerank is None:
+            return self.reranker is not None and self.defaults.rerank
+        if request.rerank and self.reranker is None:
+            raise ValidationFailed("rerank asked for but no reranker is configured", field="rerank")
+        return request.rerank
+
+    # -- calls to dependencies, each bounded ----------------------------------------------------
+
+    @staticmethod
+    async def _timed(aw: Awaitable[R]) -> tuple[R, float]:
+        t0 = time.perf_counter()
+        value = await aw
+        return value, time.perf_counter() - t0
+
+    async def _store_call(self, what: str, aw: Awaitable[R]) -> R:
+        try:
+            return await asyncio.wait_for(aw, timeout=self.defaults.store_timeout_s)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"store did not answer {what} within {self.defaults.store_timeout_s} s"
+            ) from None
+        except RagbotError:
+            raise
+        except OSError as exc:
+            raise StoreUnavailable(f"store failed on {what}: {exc}") from None
+
+    async def _knn(
+        self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None
+    ) -> list[SearchHit]:
+        return await self._store_call(
+            f"knn on {vector_field}",
+            self.store.knn(vector_field=vector_field, vector=vector, k=k, filters=filters),
+        )
+
+    async def _bm25(self, *, query: str, k: int, filters: Filters | None) -> list[SearchHit]:
+        return await self._store_call("bm25", self.store.bm25(query=query, k=k, filters=filters))
+
+    async def _in_thread(self, dependency: str, fn: Callable[[], R], limit_s: float) -> R:
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn), timeout=limit_s)
+        except TimeoutError:
+            raise DependencyUnavailable(
+                f"{dependency} did not answer within {limit_s} s", dependency=dependency
+            ) from None
+        except DependencyUnavailable:
+            raise
+        except (RagbotError, OSError, RuntimeError) as exc:
+            raise DependencyUnavailable(f"{dependency} failed: {exc}", dependency=dependency) from exc
+
+    async def _embed(self, model: str, query: str) -> Vector:
+        embedder = self.embedders[model]
+        return await self._in_thread(
+            f"model:{model}",
+            lambda: _first_row(embedder.embed_queries([query])),
+            self.defaults.embed_timeout_s,
+        )
+
+    def _fuse(
+        self,
+        method: FusionMethod,
+        lists: Mapping[str, Sequence[SearchHit]],
+        *,
+        weights: Mapping[str, float],
+        k: float,
+        dense: Sequence[str],
+    ) -> list[FusedHit]:
+        if method == "rrf":
+            return fuse_rrf(lists, k=k, weights=weights)
+        if method == "score":
+            return fuse_scores(lists, weights=weights)
+        return fuse_pages(
+            lists, k=k, weights=weights, dense=dense, every_paragraph=self.defaults.page_rrf_every_paragraph
+        )
+
+    async def _rerank(self, query: str, fused: list[FusedHit], result: RetrievalResult) -> list[FusedHit]:
+        """Score the top N with the cross-encoder, reorder, cut at the floor and the gap."""
+        reranker = self.reranker
+        if reranker is None:  # pragma: no cover - guarded by _wants_rerank
+            return fused
+        top = fused[: self.defaults.rerank_top_n]
+        passages = [str(h.source.get(self.definition.field_for_llm) or "") for h in top]
+        scores = await self._in_thread(
+            "reranker", lambda: reranker.score(query, passages), self.defaults.embed_timeout_s
+        )
+        order, kept = apply_rerank(
+            top,
+            [float(s) for s in scores],
+            min_score=self.defaults.rerank_min_score,
+            gap_ratio=self.defaults.rerank_gap_ratio,
+        )
+        result.rerank_scores = order
+        result.rerank_kept = kept
+        reranked: list[FusedHit] = []
+        for hit, score in order[:kept]:
+            reranked.append(
+                FusedHit(
+                    doc_id=hit.doc_id,
+                    score=score,
+                    source=hit.source,
+                    ranks=hit.ranks,
+                    raw_scores=hit.raw_scores,
+                )
+            )
+        return reranked

@@ -1,0 +1,422 @@
+"""The Elasticsearch store (official async client, 8.x).
+
+* One index per bucket of page ids, ``<prefix>_<page_id // 1000>`` (the seed used
+  ``round(page_id / 1000)``; see ``ragbot.stores.mapping``); reads go to ``<prefix>_*``, and "no index
+  yet" is simply an empty result.
+* The index template (``mapping.index_template``) is generated from the definition: one
+  ``dense_vector`` per vector field with the model's dimension and cosine similarity, ``flat`` (exact
+  brute force, the seed's ranking) or ``hnsw`` (approximate) by ``StoreSettings.vector_search``.
+  Text fields keep their original and an analyzed copy ``<field>__bm25`` holding
+  ``ragbot.text.analyze`` tokens under the ``whitespace`` analyzer, so BM25 sees the same tokens as
+  the embedded store.
+* kNN scores: Elasticsearch reports ``(1 + cos) / 2`` for cosine; we return ``cos + 1`` (0..2).
+* BM25: ``combined_fields`` (BM25F, like FTS5's weighted-column bm25) over the ``__bm25`` copies,
+  with ``dfs_query_then_fetch`` so that term statistics are global across the bucket indices.
+* Page replace: bulk-index the new revision (ids ``page-revision-paragraph``), bulk-delete the page's
+  other documents, then refresh the touched indices, so the page is searchable when the call
+  returns. One explicit refresh instead of ``refresh=wait_for`` on each bulk: ``wait_for`` waits for
+  the next periodic refresh (1 s), which measured ~1 s per page replace (one worker could index at
+  most one page a second); the explicit refresh costs milliseconds. Until it runs, readers see the
+  old revision; a periodic refresh between the two bulks can show both revisions briefly, never
+  neither. This distribution has no ``_delete_by_query`` (no reindex module), so deletes are a
+  search of ids followed by a bulk delete, which works on every distribution.
+* Vendor errors become ``StoreUnavailable`` (connection, timeout, 429, 5xx) or ``RagbotError``
+  (a request Elasticsearch refused); every request carries ``StoreSettings.es_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from elasticsearch import ApiError, AsyncElasticsearch, TransportError
+from elasticsearch.helpers import async_bulk
+
+from ragbot.definition import DocumentDefinition
+from ragbot.errors import RagbotError, StoreUnavailable, ValidationFailed
+from ragbot.ports import Filters, SearchHit, StoredParagraph, Vector
+from ragbot.schemas.pages import PageState
+from ragbot.settings import StoreSettings
+from ragbot.stores.common import (
+    BM25_SUFFIX,
+    MAX_K,
+    Filter,
+    analyzed_text,
+    bm25_fields,
+    check_k,
+    check_vector,
+    parse_last_update,
+    prepare_source,
+    query_tokens,
+    strip_internal,
+    text_fields_of,
+    validate_filters,
+    validate_paragraphs,
+)
+from ragbot.stores.mapping import index_name, index_pattern, index_template, template_name
+
+_SOURCE_EXCLUDES = ["*_vectors", f"*{BM25_SUFFIX}"]
+_PAGE_SIZE = 1000
+_DEPENDENCY = "elasticsearch"
+
+
+def _filter_clauses(filters: Sequence[Filter]) -> list[dict[str, Any]]:
+    return [{"terms": {f.field: list(f.values)}} for f in filters]
+
+
+class ElasticsearchStore:
+    """SearchStore on Elasticsearch; see the module docstring for the layout and guarantees."""
+
+    def __init__(
+        self,
+        *,
+        settings: StoreSettings,
+        definition: DocumentDefinition,
+        dimensions: Mapping[str, int],
+        client: AsyncElasticsearch | None = None,
+    ) -> None:
+        # ``dimensions`` may be partial (a reader of page state needs none); the index template, and so
+        # the first write, needs every vector field's dimension.
+        self._settings = settings
+        self._definition = definition
+        self._dimensions = {
+            v.name: int(dimensions[v.name]) for v in definition.vector_fields if v.name in dimensions
+        }
+        self._text_fields = text_fields_of(definition)
+        self._prefix = settings.es_index_prefix
+        self._pattern = index_pattern(self._prefix)
+        self._client_given = client
+        self._client_obj: AsyncElasticsearch | None = client
+        self._template_ready = False
+        self._template_lock = asyncio.Lock()
+
+    @property
+    def template(self) -> dict[str, Any]:
+        """The index template body this store installs."""
+        return index_template(
+            settings=self._settings, definition=self._definition, dimensions=self._dimensions
+        )
+
+    @property
+    def _client(self) -> AsyncElasticsearch:
+        if self._client_obj is None:
+            s = self._settings
+            auth = None
+            if s.es_username:
+                auth = (s.es_username, s.es_password.get_secret_value() if s.es_password else "")
+            self._client_obj = AsyncElasticsearch(
+                s.es_url,
+                basic_auth=auth,
+                request_timeout=s.es_timeout_s,
+                max_retries=1,
+                retry_on_timeout=False,
+            )
+        return self._client_obj
+
+    @asynccontextmanager
+    async def _errors(self, what: str) -> AsyncIterator[None]:
+        """Translate the client's errors into ragbot's; name what we were doing."""
+        try:
+            yield
+        except ApiError as exc:
+            status = exc.meta.status
+            if status in (408, 429) or status >= 500:
+                raise StoreUnavailable(
+                    f"elasticsearch {what}: {status} {exc.message}", dependency=_DEPENDENCY
+                ) from exc
+            raise RagbotError(f"elasticsearch refused {what}: {status} {exc.message} {exc.body}") from exc
+        except (TransportError, TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"elasticsearch {what}: {exc}", dependency=_DEPENDENCY) from exc
+
+    # ---- SearchStore ----------------------------------------------------------------------------
+
+    async def ensure_ready(self) -> None:
+        """Install (or update) the index template for ``<prefix>_*`` (idempotent)."""
+        body = self.template
+        async with self._errors("putting the index template"):
+            await self._client.indices.put_index_template(
+                name=template_name(self._prefix),
+                index_patterns=body["index_patterns"],
+                priority=body["priority"],
+                template=body["template"],
+                meta=body["_meta"],
+            )
+        self._template_ready = True
+
+    async def _ensure_template(self) -> None:
+        if self._template_ready:
+            return
+        async with self._template_lock:
+            if not self._template_ready:
+                await self.ensure_ready()
+
+    async def ping(self) -> bool:
+        """True when the cluster answers its health endpoint (``GET /`` may be disabled)."""
+        try:
+            async with self._errors("health"):
+                await self._client.cluster.health()
+        except (StoreUnavailable, RagbotError):
+            return False
+        return True
+
+    async def _ids_of_page(self, page_id: int) -> list[tuple[str, str]]:
+        """(index, id) of every document of the page, across the pattern."""
+        found: list[tuple[str, str]] = []
+        after: list[Any] | None = None
+        while True:
+            extra: dict[str, Any] = {"search_after": after} if after is not None else {}
+            resp = await self._client.search(
+                index=self._pattern,
+                query={"term": {"page_id": page_id}},
+                sort=[{"doc_id": "asc"}],
+                size=_PAGE_SIZE,
+                source=False,
+                **extra,
+            )
+            hits = resp["hits"]["hits"]
+            found.extend((h["_index"], h["_id"]) for h in hits)
+            if len(hits) < _PAGE_SIZE:
+                return found
+            after = hits[-1]["sort"]
+
+    async def _bulk(self, actions: list[dict[str, Any]], what: str) -> int:
+        """Run bulk actions (no refresh); returns successes, raises on real failures."""
+        if not actions:
+            return 0
+        ok, errors = await async_bulk(self._client, actions, raise_on_error=False, chunk_size=500)
+        failures = []
+        for item in errors if isinstance(errors, list) else []:
+            op, result = next(iter(item.items()))
+            if op == "delete" and result.get("status") == 404:
+                continue
+            failures.append(result)
+        if failures:
+            first = failures[0]
+            if any(f.get("status") == 429 or int(f.get("status", 0)) >= 500 for f in failures):
+                raise StoreUnavailable(
+                    f"elasticsearch {what}: {len(failures)} item(s) failed, first: {first}",
+                    dependency=_DEPENDENCY,
+                )
+            raise RagbotError(f"elasticsearch refused {what}: {len(failures)} item(s) failed, first: {first}")
+        return int(ok)
+
+    def _document(self, paragraph: StoredParagraph) -> dict[str, Any]:
+        source = prepare_source(paragraph)
+        for name in self._text_fields:
+            if source.get(name) is not None:
+                source[f"{name}{BM25_SUFFIX}"] = analyzed_text(source[name])
+        for name, vector in paragraph.vectors.items():
+            source[name] = np.asarray(vector, dtype=np.float32).tolist()
+        return source
+
+    async def replace_page(
+        self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
+    ) -> None:
+        """Write the revision, then delete the page's other documents: never a gap, briefly both."""
+        validate_paragraphs(
+            page_id=page_id, revision_id=revision_id, paragraphs=paragraphs, dimensions=self._dimensions
+        )
+        index = index_name(self._prefix, page_id)
+        actions = [
+            {"_op_type": "index", "_index": index, "_id": p.doc_id, "_source": self._document(p)}
+            for p in paragraphs
+        ]
+        new_ids = {p.doc_id for p in paragraphs}
+        await self._ensure_template()
+        async with self._errors(f"replacing page {page_id}"):
+            existing = await self._ids_of_page(page_id)
+            await self._bulk(actions, f"indexing page {page_id}")
+            stale = [
+                {"_op_type": "delete", "_index": idx, "_id": _id}
+                for idx, _id in existing
+                if _id not in new_ids or idx != index
+            ]
+            await self._bulk(stale, f"deleting old revisions of page {page_id}")
+            await self._refresh({index, *(idx for idx, _ in existing)})
+
+    async def _refresh(self, indices: set[str]) -> None:
+        """Make the writes searchable now (see the module docstring for why not wait_for)."""
+        if indices:
+            await self._client.indices.refresh(index=",".join(sorted(indices)), ignore_unavailable=True)
+
+    async def delete_page(self, *, page_id: int) -> int:
+        """Delete the page's documents in every bucket index; returns how many went."""
+        async with self._errors(f"deleting page {page_id}"):
+            existing = await self._ids_of_page(page_id)
+            actions = [{"_op_type": "delete", "_index": idx, "_id": _id} for idx, _id in existing]
+            deleted = await self._bulk(actions, f"deleting page {page_id}")
+            await self._refresh({idx for idx, _ in existing})
+            return deleted
+
+    async def page_state(self, *, page_id: int) -> PageState | None:
+        """The newest indexed revision of the page, by an aggregation over its documents."""
+        models = {
+            model: {
+                "bool": {
+                    "filter": [
+                        {"exists": {"field": v.name}} for v in self._definition.vector_fields_for(model)
+                    ]
+                }
+            }
+            for model in self._definition.model_names
+        }
+        aggs = {
+            "revisions": {
+                "terms": {"field": "revision_id", "size": 1, "order": {"_key": "desc"}},
+                "aggs": {
+                    "first": {"top_hits": {"size": 1, "sort": [{"paragraph": "asc"}], "_source": ["title"]}},
+                    "latest": {
+                        "top_hits": {"size": 1, "sort": [{"last_update": "desc"}], "_source": ["last_update"]}
+                    },
+                    "models": {"filters": {"filters": models}},
+                },
+            }
+        }
+        async with self._errors(f"reading the state of page {page_id}"):
+            resp = await self._client.search(
+                index=self._pattern, query={"term": {"page_id": page_id}}, size=0, aggs=aggs
+            )
+        buckets = (resp.get("aggregations") or {}).get("revisions", {}).get("buckets", [])
+        if not buckets:
+            return None
+        bucket = buckets[0]
+        first = bucket["first"]["hits"]["hits"]
+        latest = bucket["latest"]["hits"]["hits"]
+        title = first[0]["_source"].get("title") if first else None
+        return PageState(
+            page_id=page_id,
+            revision_id=int(bucket["key"]),
+            paragraphs=int(bucket["doc_count"]),
+            paragraphs_per_model={m: int(b["doc_count"]) for m, b in bucket["models"]["buckets"].items()},
+            last_update=parse_last_update(latest[0]["_source"].get("last_update")) if latest else None,
+            title=str(title) if title is not None else None,
+        )
+
+    def _hit(self, raw: Mapping[str, Any], score: float) -> SearchHit:
+        return SearchHit(doc_id=str(raw["_id"]), score=score, source=strip_internal(raw.get("_source") or {}))
+
+    async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
+        """The newest revision's paragraphs in paragraph order (score 0)."""
+        hits: list[SearchHit] = []
+        after: list[Any] | None = None
+        async with self._errors(f"reading page {page_id}"):
+            while True:
+                extra: dict[str, Any] = {"search_after": after} if after is not None else {}
+                resp = await self._client.search(
+                    index=self._pattern,
+                    query={"term": {"page_id": page_id}},
+                    sort=[{"revision_id": "desc"}, {"paragraph": "asc"}, {"doc_id": "asc"}],
+                    size=_PAGE_SIZE,
+                    source_excludes=_SOURCE_EXCLUDES,
+                    **extra,
+                )
+                raw = resp["hits"]["hits"]
+                hits.extend(self._hit(h, 0.0) for h in raw)
+                if len(raw) < _PAGE_SIZE:
+                    break
+                after = raw[-1]["sort"]
+        if not hits:
+            return []
+        newest = hits[0].source.get("revision_id")
+        return [h for h in hits if h.source.get("revision_id") == newest]
+
+    async def knn(
+        self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
+    ) -> list[SearchHit]:
+        """Top-k by cosine (flat: exact; hnsw: approximate); score is cosine + 1 (0..2)."""
+        check_k(k)
+        if vector_field not in self._dimensions:
+            raise ValidationFailed(
+                f"unknown vector field {vector_field!r} (searchable: {sorted(self._dimensions)})",
+                field="vector_field",
+            )
+        check_vector(name=vector_field, vector=vector, dimension=self._dimensions[vector_field])
+        checked = validate_filters(filters, definition=self._definition)
+        if self._settings.vector_search == "exact":
+            candidates = k
+        else:
+            candidates = min(MAX_K, max(k, k * self._settings.hnsw_num_candidates_factor))
+        knn: dict[str, Any] = {
+            "field": vector_field,
+            "query_vector": np.asarray(vector, dtype=np.float32).tolist(),
+            "k": k,
+            "num_candidates": candidates,
+        }
+        if checked:
+            knn["filter"] = _filter_clauses(checked)
+        async with self._errors(f"kNN on {vector_field}"):
+            resp = await self._client.search(
+                index=self._pattern, knn=knn, size=k, source_excludes=_SOURCE_EXCLUDES
+            )
+        # Elasticsearch scores cosine as (1 + cos) / 2; the seed's scale is cos + 1.
+        return [self._hit(h, min(2.0, max(0.0, 2.0 * float(h["_score"])))) for h in resp["hits"]["hits"]]
+
+    async def bm25(
+        self, *, query: str, k: int, fields: Sequence[str] | None = None, filters: Filters | None = None
+    ) -> list[SearchHit]:
+        """Top-k by BM25F over the analyzed copies of the text fields; weights as ``title^2``."""
+        check_k(k)
+        weighted = bm25_fields(fields, text_fields=self._text_fields)
+        checked = validate_filters(filters, definition=self._definition)
+        tokens = query_tokens(query)
+        if not tokens:
+            return []
+        match = {
+            "combined_fields": {
+                "query": " ".join(tokens),
+                "fields": [f"{name}{BM25_SUFFIX}^{weight:g}" for name, weight in weighted],
+                "operator": "or",
+            }
+        }
+        async with self._errors("BM25 search"):
+            resp = await self._client.search(
+                index=self._pattern,
+                query={"bool": {"must": [match], "filter": _filter_clauses(checked)}},
+                size=k,
+                source_excludes=_SOURCE_EXCLUDES,
+                search_type="dfs_query_then_fetch",
+            )
+        return [self._hit(h, float(h["_score"])) for h in resp["hits"]["hits"]]
+
+    async def get(self, *, doc_ids: Sequence[str]) -> list[SearchHit]:
+        """Paragraphs by id, in the order asked, missing ones left out."""
+        wanted = list(dict.fromkeys(doc_ids))
+        found: dict[str, SearchHit] = {}
+        async with self._errors("reading paragraphs by id"):
+            for start in range(0, len(wanted), _PAGE_SIZE):
+                chunk = wanted[start : start + _PAGE_SIZE]
+                resp = await self._client.search(
+                    index=self._pattern,
+                    query={"ids": {"values": chunk}},
+                    size=len(chunk),
+                    source_excludes=_SOURCE_EXCLUDES,
+                )
+                found.update((h["_id"], self._hit(h, 0.0)) for h in resp["hits"]["hits"])
+        return [found[d] for d in wanted if d in found]
+
+    async def count(self) -> int:
+        """Number of paragraphs in every bucket index."""
+        async with self._errors("counting paragraphs"):
+            resp = await self._client.count(index=self._pattern)
+        return int(resp["count"])
+
+    async def close(self) -> None:
+        """Close the client if this store created it."""
+        if self._client_obj is not None and self._client_given is None:
+            await self._client_obj.close()
+        self._client_obj = self._client_given
+
+    async def drop_indices(self) -> None:
+        """Delete every ``<prefix>_*`` index and the template (tests, and rebuilding from scratch)."""
+        async with self._errors("dropping indices"):
+            # Wildcard deletes are refused by default (action.destructive_requires_name): name them.
+            names = list((await self._client.indices.get(index=self._pattern, allow_no_indices=True)).body)
+            for start in range(0, len(names), 50):
+                await self._client.indices.delete(index=",".join(names[start : start + 50]))
+            await self._client.options(ignore_status=404).indices.delete_index_template(
+                name=template_name(self._prefix)
+            )
+        self._template_ready = False

@@ -1,0 +1,1 @@
+"""Test helpers shared by the integration and end-to-end suites (and the `make run` launcher)."""

@@ -1,0 +1,265 @@
+"""compose.yaml is valid Compose and names only things that exist: CI has no Docker engine to find out."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic_settings import BaseSettings
+from ragbot import settings as ragbot_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose.yaml"
+SERVICES_SH = ROOT / "scripts" / "services.sh"
+REQUIRED_VARIABLES = {
+    "ELASTIC_PASSWORD",
+    "REDIS_PASSWORD",
+    "GRAFANA_ADMIN_PASSWORD",
+    "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS",
+}
+MODULE_ROOTS = [ROOT / "shared", *sorted((ROOT / "services").glob("*"))]
+
+# $$ (a literal $), ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}, $NAME
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)"
+    r"|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def interpolate(text: str, env: dict[str, str]) -> tuple[str, set[str]]:
+    """Compose's variable interpolation; returns the text and the required variables left unset."""
+    missing: set[str] = set()
+
+    def substitute(match: re.Match[str]) -> str:
+        if match["escaped"]:
+            return "$$"
+        name = match["name"] or match["bare"]
+        op, arg = match["op"] or "", match["arg"] or ""
+        value = env.get(name)
+        if op.startswith(":") and not value:
+            value = None
+        if value is not None:
+            return value
+        if op.endswith("?"):
+            missing.add(name)
+            return ""
+        return arg if op.endswith("-") else ""
+
+    return _VARIABLE.sub(substitute, text), missing
+
+
+def check_schema(path: Path) -> subprocess.CompletedProcess[str]:
+    """Validate with the Compose Specification schema vendored by check-jsonschema."""
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = compose["services"]
+    assert isinstance(found, dict)
+    return found
+
+
+def _is_one_shot(service: dict[str, Any]) -> bool:
+    return service.get("restart") == "no"
+
+
+def test_compose_file_matches_the_compose_specification() -> None:
+    result = check_schema(COMPOSE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_file_interpolated_matches_the_compose_specification(tmp_path: Path) -> None:
+    text, missing = interpolate(COMPOSE.read_text(encoding="utf-8"), dict.fromkeys(REQUIRED_VARIABLES, "x"))
+    assert missing == set()
+    rendered = tmp_path / "compose.yaml"
+    rendered.write_text(text, encoding="utf-8")
+    result = check_schema(rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_required_secrets_are_required_and_have_no_default() -> None:
+    raw = COMPOSE.read_text(encoding="utf-8")
+    _, missing = interpolate(raw, {})
+    assert missing == REQUIRED_VARIABLES
+    for name in REQUIRED_VARIABLES:
+        uses = re.findall(r"\$\{" + name + r"([^}]*)\}", raw)
+        assert uses, name
+        assert all(use.startswith(":?") for use in uses), (
+            f"${{{name}}} must always be written ${{{name}:?...}}"
+        )
+
+
+def test_build_contexts_and_dockerfiles_exist(services: dict[str, dict[str, Any]]) -> None:
+    built = {name: s["build"] for name, s in services.items() if "build" in s}
+    assert {"es-init", "ingest", "embedder", "embedder-gpu", "retriever", "chat"} <= set(built)
+    for name, build in built.items():
+        context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
+        assert context.is_dir(), f"{name}: build context {context} does not exist"
+        name_of_file = build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile"
+        dockerfile = context / name_of_file
+        assert dockerfile.is_file(), f"{name}: {dockerfile} does not exist"
+
+
+def _dockerfile_copy_sources(dockerfile: Path) -> list[str]:
+    text = dockerfile.read_text(encoding="utf-8").replace("\\\n", " ")
+    sources: list[str] = []
+    for line in text.splitlines():
+        words = shlex.split(line, comments=False) if line.strip().upper().startswith(("COPY", "ADD")) else []
+        if not words or any(w.startswith("--from") for w in words):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        sources.extend(args[:-1])
+    return sources
+
+
+def test_dockerfile_copies_only_paths_that_exist(services: dict[str, dict[str, Any]]) -> None:
+    dockerfiles = {
+        (ROOT / s["build"]["context"], ROOT / s["build"]["context"] / s["build"]["dockerfile"])
+        for s in services.values()
+        if isinstance(s.get("build"), dict)
+    }
+    for context, dockerfile in dockerfiles:
+        sources = _dockerfile_copy_sources(dockerfile)
+        assert sources, f"{dockerfile} copies nothing"
+        for source in sources:
+            assert (context / source).exists(), f"{dockerfile}: COPY {source} does not exist"
+
+
+def _bind_sources(service: dict[str, Any]) -> list[str]:
+    sources: list[str] = []
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source = volume.split(":", 1)[0]
+            if source.startswith((".", "/", "~")):
+                sources.append(source)
+        elif volume.get("type") == "bind":
+            sources.append(volume["source"])
+    return sources
+
+
+def test_bind_mounts_and_config_files_exist(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    paths: list[tuple[str, str]] = []
+    for name, service in services.items():
+        paths += [(name, source) for source in _bind_sources(service)]
+        env_files = service.get("env_file", [])
+        paths += [(name, f) for f in ([env_files] if isinstance(env_files, str) else env_files)]
+    for section in ("configs", "secrets"):
+        paths += [(section, item["file"]) for item in (compose.get(section) or {}).values() if "file" in item]
+    assert paths, "compose.yaml mounts no repository files (expected prometheus and grafana config)"
+    for owner, source in paths:
+        assert not source.startswith(("/", "~")), f"{owner}: {source} points outside the repository"
+        assert (ROOT / source).exists(), f"{owner}: {source} does not exist in the repository"
+
+
+def _module_exists(module: str) -> bool:
+    parts = module.split(".")
+    for root in MODULE_ROOTS:
+        base = root.joinpath(*parts)
+        if base.with_suffix(".py").is_file() or (base / "__main__.py").is_file():
+            return True
+    return False
+
+
+def test_python_commands_name_modules_that_exist(services: dict[str, dict[str, Any]]) -> None:
+    modules = {}
+    for name, service in services.items():
+        command = service.get("command")
+        words = shlex.split(command) if isinstance(command, str) else list(command or [])
+        if len(words) >= 3 and words[0] == "python" and words[1] == "-m":
+            modules[name] = words[2]
+    assert modules["ingest"] == "ragbot_ingest"
+    assert modules["embedder"] == "ragbot_embedder"
+    assert modules["retriever"] == "ragbot_retriever"
+    assert modules["chat"] == "ragbot_chat"
+    missing = {name: module for name, module in modules.items() if not _module_exists(module)}
+    assert not missing, f"compose runs `python -m` on modules that are not in the repository: {missing}"
+
+
+def test_every_long_running_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        if _is_one_shot(service):
+            continue
+        test = service.get("healthcheck", {}).get("test")
+        assert test, f"{name} has no healthcheck"
+
+
+def test_every_dependency_names_a_condition_its_target_can_meet(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        depends_on = service.get("depends_on", {})
+        assert isinstance(depends_on, dict), f"{name}: use the long depends_on syntax with conditions"
+        for target, spec in depends_on.items():
+            assert target in services, f"{name} depends on unknown service {target}"
+            expected = (
+                "service_completed_successfully" if _is_one_shot(services[target]) else "service_healthy"
+            )
+            assert spec.get("condition") == expected, f"{name} -> {target}: condition must be {expected}"
+
+
+def test_one_shot_jobs_and_profiles(services: dict[str, dict[str, Any]]) -> None:
+    assert services["es-init"]["command"] == ["python", "-m", "ragbot.stores.init"]
+    assert _is_one_shot(services["es-init"]) and _is_one_shot(services["ollama-pull"])
+    assert services["ollama-pull"]["profiles"] == ["ollama"]
+    assert services["embedder-gpu"]["profiles"] == ["gpu"]
+    devices = services["embedder-gpu"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+
+
+def test_redis_keeps_an_append_only_file(services: dict[str, dict[str, Any]]) -> None:
+    command = services["redis"]["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert any(v.endswith(":/data") for v in services["redis"]["volumes"])
+
+
+def test_elasticsearch_version_matches_the_test_node_and_the_client(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    image = services["elasticsearch"]["image"]
+    assert image.startswith("docker.elastic.co/elasticsearch/elasticsearch:")
+    compose_version = image.rsplit(":", 1)[1]
+    pinned = re.search(r"^ES_VERSION=\$\{ES_VERSION:-([0-9.]+)\}$", SERVICES_SH.read_text(), re.MULTILINE)
+    assert pinned, "scripts/services.sh no longer pins ES_VERSION"
+    assert compose_version == pinned.group(1)
+    client_major = importlib.metadata.version("elasticsearch").split(".")[0]
+    assert client_major == compose_version.split(".")[0]
+
+
+def _settings_variables() -> set[str]:
+    names: set[str] = set()
+    for value in vars(ragbot_settings).values():
+        if isinstance(value, type) and issubclass(value, BaseSettings) and value is not BaseSettings:
+            prefix = str(value.model_config.get("env_prefix", ""))
+            names |= {(prefix + field).upper() for field in value.model_fields}
+    return names
+
+
+def test_every_ragbot_variable_compose_sets_is_a_setting(services: dict[str, dict[str, Any]]) -> None:
+    known = _settings_variables()
+    for name, service in services.items():
+        environment = service.get("environment", {})
+        assert isinstance(environment, dict), f"{name}: use the mapping form of environment"
+        unknown = {key for key in environment if key.startswith("RAGBOT_") and key not in known}
+        assert not unknown, f"{name} sets variables no settings class reads (silently ignored): {unknown}"

@@ -1,0 +1,120 @@
+"""The monitoring config is valid (promtool), scrapes every service, and charts metrics that exist."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS_YML = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+RULES_YML = ROOT / "deploy" / "prometheus" / "rules.yml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "ragbot.json"
+DATASOURCES = ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+PROVIDERS = ROOT / "deploy" / "grafana" / "provisioning" / "dashboards" / "ragbot.yml"
+METRICS_SOURCE = ROOT / "shared" / "ragbot" / "observability" / "metrics.py"
+COMPOSE = ROOT / "compose.yaml"
+_METRIC = re.compile(r"\bragbot_[a-z0-9_]+")
+_HEALTH_PORT = re.compile(r"127\.0\.0\.1:(\d+)/healthz")
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail(
+            "promtool is not installed. `make test` installs it (Debian package `prometheus`, through "
+            "`bash scripts/services.sh deps`); by hand: apt-get install prometheus",
+            pytrace=False,
+        )
+    return path
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict), path
+    return loaded
+
+
+def _dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dashboard["templating"]["list"] if v.get("type") == "query"]
+    return exprs
+
+
+def _rule_exprs() -> list[str]:
+    return [rule["expr"] for group in _yaml(RULES_YML)["groups"] for rule in group["rules"]]
+
+
+def test_promtool_accepts_the_config_and_its_rules() -> None:
+    result = subprocess.run(
+        [_promtool(), "check", "config", str(PROMETHEUS_YML)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+
+
+def test_every_service_and_the_worker_are_scraped_on_their_port() -> None:
+    """Expected targets come from compose: every ragbot process and the port its healthcheck uses."""
+    services = _yaml(COMPOSE)["services"]
+    expected = set()
+    for name, service in services.items():
+        if "build" not in service or service.get("restart") == "no":
+            continue
+        port = _HEALTH_PORT.search(" ".join(service["healthcheck"]["test"]))
+        assert port, f"{name}: healthcheck does not call 127.0.0.1:<port>/healthz"
+        expected.add((name, int(port.group(1))))
+    assert expected >= {("ingest", 8001), ("retriever", 8002), ("chat", 8003), ("embedder", 9101)}
+    scraped = set()
+    for job in _yaml(PROMETHEUS_YML)["scrape_configs"]:
+        for sd in job.get("dns_sd_configs", []):
+            scraped |= {(name, int(sd["port"])) for name in sd["names"]}
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                host, port = target.rsplit(":", 1)
+                scraped.add((host, int(port)))
+    assert expected <= scraped, f"not scraped: {expected - scraped}"
+
+
+def test_dashboard_and_alerts_only_use_metrics_ragbot_exports() -> None:
+    source = METRICS_SOURCE.read_text(encoding="utf-8")
+    used = {
+        re.sub(r"_(bucket|count|sum)$", "", name)
+        for expr in _dashboard_exprs() + _rule_exprs()
+        for name in _METRIC.findall(expr)
+    }
+    unknown = {name for name in used if f'"{name}"' not in source}
+    assert not unknown, f"charted or alerted but not exported by ragbot.observability.metrics: {unknown}"
+
+
+def test_dashboard_charts_rate_errors_latency_queue_depth_and_indexing_lag() -> None:
+    exprs = "\n".join(_dashboard_exprs())
+    assert "rate(ragbot_http_requests_total" in exprs
+    assert 'status=~"5.."' in exprs
+    assert "ragbot_http_request_duration_seconds_bucket" in exprs
+    assert "ragbot_queue_depth" in exprs
+    assert "ragbot_freshness_lag_seconds_bucket" in exprs
+    assert "by (service" in exprs
+
+
+def test_dashboard_uses_the_provisioned_datasource_and_mount_path() -> None:
+    uid = _yaml(DATASOURCES)["datasources"][0]["uid"]
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == uid, panel["title"]
+        assert all(t["datasource"]["uid"] == uid for t in panel["targets"]), panel["title"]
+    path = _yaml(PROVIDERS)["providers"][0]["options"]["path"]
+    grafana_volumes = _yaml(COMPOSE)["services"]["grafana"]["volumes"]
+    assert f"./deploy/grafana/dashboards:{path}:ro" in grafana_volumes
