@@ -61,7 +61,9 @@ async def main() -> int:
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--models", nargs="+")
     parser.add_argument("--definition", type=Path)
-    parser.add_argument("--store-path", type=Path, required=True, help="embedded store file (reused when full)")
+    parser.add_argument(
+        "--store-path", type=Path, required=True, help="embedded store file (reused when full)"
+    )
     parser.add_argument("--cache-dir", type=Path, required=True)
     parser.add_argument("--reranker", type=Path)
     parser.add_argument("--only", nargs="+", help="only variants whose name starts with one of these")
@@ -70,9 +72,12 @@ async def main() -> int:
 
     settings = get_model_settings()
     dataset = load_beir(args.dataset)
-    definition = eval_definition(load_definition(args.definition or settings.document_definition), args.models)
+    definition = eval_definition(
+        load_definition(args.definition or settings.document_definition), args.models
+    )
     embedders: dict[str, VectorCache] = {
-        n: VectorCache(e, folder=args.cache_dir) for n, e in build_embedders(settings=settings, definition=definition).items()
+        n: VectorCache(e, folder=args.cache_dir)
+        for n, e in build_embedders(settings=settings, definition=definition).items()
     }
     for e in embedders.values():
         e.warm_up()
@@ -81,7 +86,9 @@ async def main() -> int:
         reranker.warm_up()
     dims = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
     store = build_store(
-        settings=StoreSettings(backend="embedded", embedded_path=args.store_path), definition=definition, dimensions=dims
+        settings=StoreSettings(backend="embedded", embedded_path=args.store_path),
+        definition=definition,
+        dimensions=dims,
     )
     await store.ensure_ready()
     plain: dict[str, Embedder] = dict(embedders)
@@ -107,7 +114,12 @@ async def main() -> int:
     await store.close()
     out = args.out or RESULTS / f"fusion_{dataset.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"dataset": dataset.name, "models": list(definition.model_names), "results": results}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {"dataset": dataset.name, "models": list(definition.model_names), "results": results}, indent=2
+        )
+        + "\n"
+    )
     return 0
 
 

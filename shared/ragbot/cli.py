@@ -1,9 +1,10 @@
 """The ``ragbot`` command: one parser, one subcommand per job; each module registers its own.
 
-Subcommands: ``index`` (folders of documents, re-embedding what changed), ``eval`` (retrieval
+Subcommands: ``index`` (folders of documents, re-embedding what changed), ``reindex`` (bulk
+reindex through the ingest service, with a progress bar), ``eval`` (retrieval
 quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
-pairs from a BEIR split), ``chat`` (talk to the chat service, streaming). Errors ragbot raises on purpose end the command with status 1 and a
-one-line reason.
+pairs from a BEIR split), ``chat`` (talk to the chat service, streaming). Errors ragbot raises on
+purpose end the command with status 1 and a one-line reason.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ logger = logging.getLogger("ragbot.cli")
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ragbot`` parser with every subcommand."""
-    from ragbot import cli_chat, cli_eval, cli_index
+    from ragbot import cli_chat, cli_eval, cli_index, cli_reindex
 
     parser = argparse.ArgumentParser(prog="ragbot", description="ragbot command-line tools")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_eval.register(subparsers)
     cli_index.register(subparsers)
+    cli_reindex.register(subparsers)
     cli_chat.register(subparsers)
     return parser
 

@@ -44,12 +44,20 @@ def register(subparsers: Any) -> None:
     ev.add_argument("--es-url", help="Elasticsearch URL (default: RAGBOT_STORE_ES_URL)")
     ev.add_argument("--index-prefix", help="Elasticsearch index prefix (default: a fresh ragbot-eval-<id>)")
     ev.add_argument("--keep-index", action="store_true", help="keep the store afterwards")
-    ev.add_argument("--reuse-index", action="store_true", help="skip indexing when the store holds paragraphs")
-    ev.add_argument("--definition", type=Path, help="document definition (default: RAGBOT_DOCUMENT_DEFINITION)")
+    ev.add_argument(
+        "--reuse-index", action="store_true", help="skip indexing when the store holds paragraphs"
+    )
+    ev.add_argument(
+        "--definition", type=Path, help="document definition (default: RAGBOT_DOCUMENT_DEFINITION)"
+    )
     ev.add_argument("--models", nargs="+", help="models of the definition to use (default: all)")
-    ev.add_argument("--reranker", type=Path, help="cross-encoder folder (default: RAGBOT_RETRIEVER_RERANKER_PATH)")
+    ev.add_argument(
+        "--reranker", type=Path, help="cross-encoder folder (default: RAGBOT_RETRIEVER_RERANKER_PATH)"
+    )
     ev.add_argument("--no-rerank", action="store_true", help="skip the hybrid + rerank configuration")
-    ev.add_argument("--configs", nargs="+", help="only these configurations (bm25, dense:<model>, hybrid, ...)")
+    ev.add_argument(
+        "--configs", nargs="+", help="only these configurations (bm25, dense:<model>, hybrid, ...)"
+    )
     ev.add_argument("--fusion", choices=["rrf", "page_rrf", "score"], help="override the default fusion")
     ev.add_argument("--rrf-k", type=int, help="override the default RRF k")
     ev.add_argument("--bm25-weight", type=float, help="override the default BM25 weight")
@@ -72,7 +80,9 @@ def register(subparsers: Any) -> None:
     tr.add_argument("--pairs", type=Path, required=True, help="JSONL training pairs")
     tr.add_argument("--out", type=Path, required=True, help="folder to write the model to")
     tr.add_argument(
-        "--corpus", type=Path, help="paragraphs to mine negatives from: a BEIR corpus.jsonl or a text-per-line file"
+        "--corpus",
+        type=Path,
+        help="paragraphs to mine negatives from: a BEIR corpus.jsonl or a text-per-line file",
     )
     tr.add_argument("--base-model", type=Path, help="initial weights (default: the packaged MiniLM)")
     defaults = _training_defaults()
@@ -83,6 +93,7 @@ def register(subparsers: Any) -> None:
         ("pool-size", int, "BM25 hits the negatives are sampled from"),
         ("max-length", int, "tokens per (query, paragraph) input"),
         ("learning-rate", float, "AdamW learning rate"),
+        ("head-lr-multiplier", float, "learning-rate factor of the new classification head"),
         ("layers", int, "keep only the first N transformer layers (faster, smaller)"),
         ("max-pairs", int, "train on a random sample of this many pairs"),
         ("max-steps", int, "stop after this many steps"),
@@ -90,7 +101,9 @@ def register(subparsers: Any) -> None:
         ("seed", int, "random seed"),
     ):
         name = flag.replace("-", "_")
-        tr.add_argument(f"--{flag}", type=kind, default=defaults[name], help=f"{doc} (default {defaults[name]})")
+        tr.add_argument(
+            f"--{flag}", type=kind, default=defaults[name], help=f"{doc} (default {defaults[name]})"
+        )
     tr.set_defaults(handler=run_train_reranker)
 
     bp = subparsers.add_parser(
@@ -132,7 +145,14 @@ def run_eval(args: argparse.Namespace) -> int:
 async def _eval(args: argparse.Namespace) -> Any:
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders, cached_queries
-    from ragbot.evaluation import EvalConfig, VectorCache, eval_definition, evaluate, load_beir, standard_configs
+    from ragbot.evaluation import (
+        EvalConfig,
+        VectorCache,
+        eval_definition,
+        evaluate,
+        load_beir,
+        standard_configs,
+    )
     from ragbot.ports import Embedder
     from ragbot.rerankers import build_reranker
     from ragbot.retrieval import RetrievalDefaults
@@ -162,6 +182,13 @@ async def _eval(args: argparse.Namespace) -> Any:
     reranker = build_reranker(
         reranker_path, device=model_settings.device, max_length=retriever_settings.reranker_max_length
     )
+    configs: list[EvalConfig] = standard_configs(definition.model_names, with_rerank=reranker is not None)
+    wanted = _csv(args.configs)
+    if wanted:
+        unknown = sorted(set(wanted) - {c.name for c in configs})
+        if unknown:
+            raise RagbotError(f"unknown configuration(s) {unknown}; known: {[c.name for c in configs]}")
+        configs = [c for c in configs if c.name in wanted]
 
     raw = build_embedders(settings=model_settings, definition=definition)
     embedders: dict[str, Embedder]
@@ -172,7 +199,8 @@ async def _eval(args: argparse.Namespace) -> Any:
         caches = {}
         embedders = cached_queries(raw, max_size=model_settings.query_cache_size)
     logger.info("loading models %s", list(embedders))
-    await asyncio.to_thread(lambda: [e.warm_up() for e in embedders.values()])
+    for embedder in embedders.values():
+        await asyncio.to_thread(embedder.warm_up)
     if reranker is not None:
         await asyncio.to_thread(reranker.warm_up)
 
@@ -193,13 +221,6 @@ async def _eval(args: argparse.Namespace) -> Any:
     store_settings = store_settings.model_copy(update=updates)
     dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
     store = build_store(settings=store_settings, definition=definition, dimensions=dimensions)
-    configs: list[EvalConfig] = standard_configs(definition.model_names, with_rerank=reranker is not None)
-    wanted = _csv(args.configs)
-    if wanted:
-        unknown = sorted(set(wanted) - {c.name for c in configs})
-        if unknown:
-            raise RagbotError(f"unknown configuration(s) {unknown}; known: {[c.name for c in configs]}")
-        configs = [c for c in configs if c.name in wanted]
     try:
         await store.ensure_ready()
         return await evaluate(
@@ -277,5 +298,7 @@ def run_beir_pairs(args: argparse.Namespace) -> int:
 
     dataset = load_beir(args.dataset, split=args.split)
     count = write_pairs(pairs_from_beir(dataset, with_title=args.with_title), args.out)
-    sys.stdout.write(f"{count} pairs from {len(dataset.queries)} {args.split} queries written to {args.out}\n")
+    sys.stdout.write(
+        f"{count} pairs from {len(dataset.queries)} {args.split} queries written to {args.out}\n"
+    )
     return 0

@@ -13,9 +13,9 @@
    retrieval, query embedding included, one query at a time.
 
 Every configuration uses the engine's defaults (``RetrieverSettings``) except what it names: BM25
-alone, each dense model alone, hybrid, and hybrid + rerank when a reranker is given. The "hybrid +
-rerank" documents are what the engine returns: at most ``rerank_top_n`` paragraphs, so its recall@100
-is bounded by the rerank depth.
+alone, each dense model alone, hybrid, hybrid + rerank when a reranker is given, and "default" (a
+request that names nothing: the figure the targets are about). Reranked documents are what the engine
+returns: at most ``rerank_top_n`` paragraphs, so a reranked recall@100 is bounded by the rerank depth.
 
 ``VectorCache`` keeps passage and query vectors on disk between runs (experiments re-index the same
 corpus many times on a two-core machine); the indexing path is unchanged, only the model call is
@@ -84,7 +84,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise ConfigurationError(f"{path} not found (BEIR layout: corpus.jsonl, queries.jsonl, qrels/)") from None
+        raise ConfigurationError(
+            f"{path} not found (BEIR layout: corpus.jsonl, queries.jsonl, qrels/)"
+        ) from None
     rows = []
     for number, line in enumerate(lines, start=1):
         if line.strip():
@@ -118,7 +120,9 @@ def load_beir(path: Path, *, split: str = "test", max_queries: int | None = None
     """Read a BEIR folder; only queries with at least one relevant document in ``split`` are kept."""
     path = Path(path)
     corpus = {
-        str(row["_id"]): BeirDocument(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
+        str(row["_id"]): BeirDocument(
+            str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or "")
+        )
         for row in _jsonl(path / "corpus.jsonl")
     }
     all_queries = {str(row["_id"]): str(row.get("text") or "") for row in _jsonl(path / "queries.jsonl")}
@@ -221,18 +225,20 @@ def latency_summary(ms: Sequence[float]) -> dict[str, float]:
 
 @dataclass(frozen=True, slots=True)
 class EvalConfig:
-    """One way of retrieving: what the request sets; everything else is the engine's default."""
+    """One way of retrieving: what the request sets; None leaves a knob to the engine's default."""
 
     name: str
-    mode: SearchMode
+    mode: SearchMode | None
     models: dict[str, float] | None = None
     bm25_weight: float | None = None
     fusion: FusionMethod | None = None
     rrf_k: int | None = None
-    rerank: bool = False
+    rerank: bool | None = False
 
     def request(self, query: str, *, retrieval_size: int, pages: int) -> RetrieveRequest:
         """The retrieve request for one query: ``pages`` pages, one paragraph each."""
+        if not 1 <= pages <= MAX_PAGES:
+            raise ValidationFailed(f"pages must be 1..{MAX_PAGES}, got {pages}", field="pages")
         return RetrieveRequest(
             query=query,
             retrieval_size=retrieval_size,
@@ -247,12 +253,14 @@ class EvalConfig:
 
 
 def standard_configs(model_names: Sequence[str], *, with_rerank: bool) -> list[EvalConfig]:
-    """BM25, each dense model alone, hybrid (every model + BM25), and hybrid + rerank."""
+    """BM25, each dense model alone, hybrid (every model + BM25), hybrid + rerank, and "default": a
+    request that sets nothing, i.e. the configured defaults (with the reranker when one is given)."""
     configs = [EvalConfig("bm25", "lexical")]
     configs += [EvalConfig(f"dense:{m}", "semantic", models={m: 1.0}) for m in model_names]
     configs.append(EvalConfig("hybrid", "hybrid"))
     if with_rerank:
         configs.append(EvalConfig("hybrid+rerank", "hybrid", rerank=True))
+    configs.append(EvalConfig("default", None, rerank=None))
     return configs
 
 
@@ -267,7 +275,9 @@ def eval_definition(base: DocumentDefinition, models: Sequence[str] | None = Non
         raise ConfigurationError(f"model(s) {unknown} are not in the document definition {list(base.models)}")
     for name in ("title", "content"):
         if base.saved_fields.get(name) != "text":
-            raise ConfigurationError(f"evaluation needs a text field {name!r} in the definition's saved_fields")
+            raise ConfigurationError(
+                f"evaluation needs a text field {name!r} in the definition's saved_fields"
+            )
     return parse_definition(
         {
             "identifier_field": base.identifier_field,
@@ -333,7 +343,9 @@ class VectorCache:
                 if vectors.ndim == 2 and vectors.shape[1] == self.inner.dimension:
                     self._rows = {bytes(k): vectors[i] for i, k in enumerate(keys)}
                 else:
-                    logger.warning("ignoring %s: its vectors do not have %d dimensions", self.path, self.dimension)
+                    logger.warning(
+                        "ignoring %s: its vectors do not have %d dimensions", self.path, self.dimension
+                    )
             self._loaded = True
 
     def count_tokens(self, text: str) -> int:
@@ -467,8 +479,6 @@ async def run_config(
     show_progress: bool = False,
 ) -> ConfigResult:
     """Every judged query through the engine, one at a time; ranked pages become ranked documents."""
-    if not 1 <= pages <= MAX_PAGES:
-        raise ValidationFailed(f"pages must be 1..{MAX_PAGES}", field="pages")
     doc_of = page_ids(dataset)
     run: dict[str, list[str]] = {}
     latencies: list[float] = []
@@ -561,14 +571,21 @@ async def evaluate(
     engine = RetrievalEngine(
         store=store, embedders=embedders, definition=definition, reranker=reranker, defaults=defaults
     )
-    chosen = list(configs) if configs is not None else standard_configs(
-        definition.model_names, with_rerank=reranker is not None
+    chosen = (
+        list(configs)
+        if configs is not None
+        else standard_configs(definition.model_names, with_rerank=reranker is not None)
     )
     results = []
     for config in chosen:
         results.append(
             await run_config(
-                engine, dataset, config, retrieval_size=retrieval_size, pages=pages, show_progress=show_progress
+                engine,
+                dataset,
+                config,
+                retrieval_size=retrieval_size,
+                pages=pages,
+                show_progress=show_progress,
             )
         )
     return EvalReport(

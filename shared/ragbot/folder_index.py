@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, ValidationFailed
-from ragbot.indexing import build_stored_paragraphs
+from ragbot.indexing import build_pages_paragraphs
 from ragbot.ports import Embedder, SearchStore
 from ragbot.schemas.pages import Page
 from ragbot.sources.detect import SUPPORTED_EXTENSIONS
@@ -359,24 +359,47 @@ async def index_folder(
         done += 1
         if progress is not None:
             progress(done, total, key)
-    for page in plan.to_index:
-        key = page.url or ""
-        paragraphs = await asyncio.to_thread(
-            build_stored_paragraphs, page, definition=definition, embedders=embedders, max_tokens=max_tokens
+    # Files are embedded a group at a time (shared batches across files, ragbot.indexing), written
+    # and recorded in the manifest file by file.
+    for group in _groups(plan.to_index):
+        built = await asyncio.to_thread(
+            build_pages_paragraphs, group, definition=definition, embedders=embedders, max_tokens=max_tokens
         )
-        await store.replace_page(page_id=page.page_id, revision_id=page.revision_id, paragraphs=paragraphs)
-        manifest.files[key] = plan.entries[key].model_copy(
-            update={"paragraphs": len(paragraphs), "indexed_at": datetime.now(UTC)}
-        )
-        manifest.save(manifest_path)
-        report.indexed.append(key)
-        report.paragraphs += len(paragraphs)
-        done += 1
-        if progress is not None:
-            progress(done, total, key)
+        for page, paragraphs in zip(group, built, strict=True):
+            key = page.url or ""
+            await store.replace_page(
+                page_id=page.page_id, revision_id=page.revision_id, paragraphs=paragraphs
+            )
+            manifest.files[key] = plan.entries[key].model_copy(
+                update={"paragraphs": len(paragraphs), "indexed_at": datetime.now(UTC)}
+            )
+            manifest.save(manifest_path)
+            report.indexed.append(key)
+            report.paragraphs += len(paragraphs)
+            done += 1
+            if progress is not None:
+                progress(done, total, key)
     if not plan.deleted_keys and not plan.to_index:
         manifest.save(manifest_path)
     return report
+
+
+_GROUP_PAGES = 32
+_GROUP_CHARS = 2_000_000
+
+
+def _groups(pages: Sequence[Page]) -> Iterator[list[Page]]:
+    """Consecutive pages embedded together: at most 32 files or 2 M characters (one big file alone)."""
+    group: list[Page] = []
+    chars = 0
+    for page in pages:
+        if group and (len(group) >= _GROUP_PAGES or chars + len(page.content) > _GROUP_CHARS):
+            yield group
+            group, chars = [], 0
+        group.append(page)
+        chars += len(page.content)
+    if group:
+        yield group
 
 
 async def _forget_what_the_store_lost(manifest: Manifest, *, store: SearchStore) -> None:

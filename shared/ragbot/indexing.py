@@ -3,6 +3,15 @@
 Every (model, field) pair of the definition is embedded with ONE ``embed_passages`` call over the
 page's distinct texts for that field: ``content`` differs per paragraph, page-level fields such as
 ``title`` are the same text in every paragraph and are embedded once and shared.
+
+Pages that arrive together (a bulk reindex batch, a folder) are embedded together:
+``build_pages_paragraphs`` splits every page first (``prepare_paragraphs``), then makes one call per
+(model, field) over the distinct texts of all of them (``embed_prepared``), so a batch of short pages
+fills the model's batches as well as one long page does. ``group_by_size`` cuts a long list of pages
+into groups of at most N paragraphs, which bounds memory and the time until the first write.
+
+Contextual retrieval (``ragbot.contextual``) hands ``embed_prepared`` a context per doc id; it is
+prepended to the ``content`` text that is embedded, never to the stored text.
 """
 
 from __future__ import annotations
@@ -20,10 +29,23 @@ from ragbot.ports import Embedder, StoredParagraph, Vector
 from ragbot.schemas.pages import Page
 from ragbot.stores import doc_id
 
-__all__ = ["build_stored_paragraphs", "doc_id", "effective_max_tokens", "embed_distinct", "page_fields"]
+__all__ = [
+    "CONTEXT_FIELD",
+    "build_pages_paragraphs",
+    "build_stored_paragraphs",
+    "doc_id",
+    "effective_max_tokens",
+    "embed_distinct",
+    "embed_prepared",
+    "group_by_size",
+    "page_fields",
+    "prepare_paragraphs",
+]
 
 # Page attributes a definition's saved_fields may name (anything else comes from ``page.extra``).
 _PAGE_FIELDS = ("title", "url", "summary", "revision_date", "namespace", "categories", "page_id")
+# The paragraph field contextual retrieval adds its context to (before embedding only).
+CONTEXT_FIELD = "content"
 
 
 def effective_max_tokens(settings_max: int, embedders: Iterable[Embedder]) -> int:
@@ -40,8 +62,61 @@ def build_stored_paragraphs(
     strategy: Strategy = "structure",
     link_targets: LinkTargets = "keep",
     now: datetime | None = None,
+    contexts: Mapping[str, str] | None = None,
 ) -> list[StoredParagraph]:
     """The page's paragraphs with saved fields, core fields and one vector per (model, field)."""
+    [stored] = build_pages_paragraphs(
+        [page],
+        definition=definition,
+        embedders=embedders,
+        max_tokens=max_tokens,
+        strategy=strategy,
+        link_targets=link_targets,
+        now=now,
+        contexts=contexts,
+    )
+    return stored
+
+
+def build_pages_paragraphs(
+    pages: Sequence[Page],
+    *,
+    definition: DocumentDefinition,
+    embedders: Mapping[str, Embedder],
+    max_tokens: int,
+    strategy: Strategy = "structure",
+    link_targets: LinkTargets = "keep",
+    now: datetime | None = None,
+    contexts: Mapping[str, str] | None = None,
+) -> list[list[StoredParagraph]]:
+    """Every page's paragraphs, embedded together: one call per (model, field) for all the pages."""
+    prepared = [
+        prepare_paragraphs(
+            page,
+            definition=definition,
+            embedders=embedders,
+            max_tokens=max_tokens,
+            strategy=strategy,
+            link_targets=link_targets,
+            now=now,
+        )
+        for page in pages
+    ]
+    embed_prepared(prepared, definition=definition, embedders=embedders, contexts=contexts)
+    return prepared
+
+
+def prepare_paragraphs(
+    page: Page,
+    *,
+    definition: DocumentDefinition,
+    embedders: Mapping[str, Embedder],
+    max_tokens: int,
+    strategy: Strategy = "structure",
+    link_targets: LinkTargets = "keep",
+    now: datetime | None = None,
+) -> list[StoredParagraph]:
+    """The page split into paragraphs with their saved and core fields, not yet embedded."""
     missing = [m for m in definition.model_names if m not in embedders]
     if missing:
         raise ConfigurationError(f"no embedder for model(s) {missing} named in the document definition")
@@ -55,7 +130,7 @@ def build_stored_paragraphs(
     )
     stamp = (now or datetime.now(UTC)).isoformat()
     base = page_fields(page, definition)
-    stored = [
+    return [
         StoredParagraph(
             doc_id=doc_id(page.page_id, page.revision_id, p.index),
             page_id=page.page_id,
@@ -65,13 +140,47 @@ def build_stored_paragraphs(
         )
         for p in paragraphs
     ]
+
+
+def embed_prepared(
+    groups: Sequence[Sequence[StoredParagraph]],
+    *,
+    definition: DocumentDefinition,
+    embedders: Mapping[str, Embedder],
+    contexts: Mapping[str, str] | None = None,
+) -> None:
+    """Fill the vectors of every paragraph of every group: one embedding call per (model, field)."""
+    stored = [sp for group in groups for sp in group]
+    if not stored:
+        return
     for vector_field in definition.vector_fields:
         texts = [_as_text(sp.fields.get(vector_field.field)) for sp in stored]
+        if contexts and vector_field.field == CONTEXT_FIELD:
+            texts = [
+                f"{contexts[sp.doc_id]}\n\n{text}" if text.strip() and contexts.get(sp.doc_id) else text
+                for sp, text in zip(stored, texts, strict=True)
+            ]
         vectors = embed_distinct(embedders[vector_field.model], texts)
         for sp, vector in zip(stored, vectors, strict=True):
             if vector is not None:
                 sp.vectors[vector_field.name] = vector
-    return stored
+
+
+def group_by_size(sizes: Sequence[int], *, max_items: int) -> list[list[int]]:
+    """Consecutive indices of ``sizes`` grouped so each group holds at most ``max_items`` (a single
+    item larger than that gets a group of its own)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for index, size in enumerate(sizes):
+        if current and filled + size > max_items:
+            groups.append(current)
+            current, filled = [], 0
+        current.append(index)
+        filled += size
+    if current:
+        groups.append(current)
+    return groups
 
 
 def page_fields(page: Page, definition: DocumentDefinition) -> dict[str, Any]:

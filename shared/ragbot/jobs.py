@@ -16,7 +16,7 @@ import asyncio
 import logging
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -181,6 +181,46 @@ class JobStore:
         record = await self._mutate(job_id, change)
         await self._guard(self.redis.lrem(self.dead_letter_key, 0, job_id))
         return record
+
+    async def get_many(self, *, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """Records by id, in the order asked (None for unknown or expired ones)."""
+        if not job_ids:
+            return []
+        raws = await self._guard(self.redis.mget([self.job_key(i) for i in job_ids]))
+        return [JobRecord.model_validate_json(r) if r else None for r in raws]
+
+    async def aggregate(
+        self,
+        *,
+        job_id: str,
+        children: Sequence[str],
+        combine: Callable[[JobRecord, list[JobRecord | None]], JobRecord],
+    ) -> JobRecord:
+        """Rewrite a parent record from its children's, atomically: a child that changes meanwhile
+        makes the whole read-and-write start again, so concurrent refreshes never write a stale sum."""
+        key = self.job_key(job_id)
+        child_keys = [self.job_key(c) for c in children]
+        for attempt in range(_MAX_WATCH_TRIES):
+            try:
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    await pipe.watch(key, *child_keys)
+                    raw = await pipe.get(key)
+                    if not raw:
+                        raise NotFound(f"job {job_id} not found")
+                    previous = JobRecord.model_validate_json(raw)
+                    raws = await pipe.mget(child_keys) if child_keys else []
+                    kids = [JobRecord.model_validate_json(r) if r else None for r in raws]
+                    record = combine(previous, kids)
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    self._queue_write(pipe, record, previous=previous)
+                    await pipe.execute()
+                    return record
+            except WatchError:
+                await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                continue
+            except RedisError as exc:
+                raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None
+        raise DependencyUnavailable(f"job {job_id}: too many concurrent updates", dependency="redis")
 
     async def _load(self, ids: list[str]) -> list[JobRecord]:
         if not ids:

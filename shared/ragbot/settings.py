@@ -74,6 +74,12 @@ class IngestSettings(BaseSettings):
     max_page_bytes: int = 5 * 1024 * 1024
     fetch_timeout_s: float = 10.0
     max_upload_bytes: int = 20 * 1024 * 1024
+    # Files per POST /v1/documents; pages per embedder.index_pages message of a bulk reindex.
+    max_upload_files: int = Field(default=20, ge=1, le=1000)
+    reindex_batch_pages: int = Field(default=32, ge=1, le=1000)
+    # Bulk reindex: largest JSONL body, most pages in one reindex (body lines or wiki listing).
+    max_reindex_bytes: int = 2 * 1024 * 1024 * 1024
+    max_reindex_pages: int = Field(default=1_000_000, ge=1)
 
 
 class WorkerSettings(BaseSettings):
@@ -88,6 +94,24 @@ class WorkerSettings(BaseSettings):
     metrics_port: int = 9101
     paragraph_tokens: int = Field(default=512, ge=16, le=8192)
     queue: str = "ragbot.index"
+    # Markdown link targets in paragraphs: "drop" keeps the link text only (targets are ~45% of the
+    # characters of Kol-Zchut pages and waste the token budget), "keep" stores them as sent.
+    link_targets: Literal["drop", "keep"] = "drop"
+    # Pages indexed together (embedder.index_pages) are embedded in shared batches of at most this
+    # many paragraphs per (model, field), then written page by page.
+    micro_batch_max_paragraphs: int = Field(default=512, ge=1, le=100_000)
+    # An unacknowledged message (worker killed mid-task) is delivered again after this long; keep it
+    # above the longest task. The worker looks for such messages every restore interval.
+    visibility_timeout_s: int = Field(default=3600, ge=5)
+    unacked_restore_interval_s: int = Field(default=10, ge=1)
+    # Contextual retrieval (off by default): an LLM (the chat LLM settings, RAGBOT_CHAT_LLM_*) writes
+    # one or two sentences situating each paragraph in its page; they are prepended to the paragraph
+    # before it is embedded and cached in Redis by content hash, so only new or changed paragraphs pay.
+    contextual_retrieval: bool = False
+    contextual_max_tokens: int = Field(default=96, ge=8, le=1024)
+    contextual_document_chars: int = Field(default=8000, ge=500, le=200_000)
+    contextual_concurrency: int = Field(default=4, ge=1, le=256)
+    contextual_cache_ttl_s: int = Field(default=90 * 86400, ge=60)
 
 
 class RetrieverSettings(BaseSettings):
@@ -100,7 +124,7 @@ class RetrieverSettings(BaseSettings):
     max_query_chars: int = 2000
     # Retrieval defaults, used when a request leaves them out (see ragbot.fusion for the methods).
     default_mode: Literal["semantic", "lexical", "hybrid"] = "hybrid"
-    default_fusion: Literal["rrf", "page_rrf", "score"] = "rrf"
+    default_fusion: Literal["rrf", "page_rrf", "score"] = "score"
     rrf_k: int = Field(default=60, ge=1, le=10000)
     bm25_weight: float = Field(default=1.0, ge=0.0)
     # Rerank (when a reranker is configured): top N fused paragraphs, then floor and gap-ratio cutoff.
@@ -161,7 +185,8 @@ class ChatSettings(BaseSettings):
     retrieval_size: int = Field(default=50, ge=1, le=1000)
     paragraphs_per_page: list[int] = Field(default_factory=lambda: [3, 2, 1], min_length=1)
     relevance_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
-    context_max_chars: int = Field(default=6000, ge=200)
+    # Characters of paragraph text per answer (empty: 1000 for the small embedded model, 8000 otherwise).
+    context_max_chars: int | None = Field(default=None, ge=200)
     # The document field whose text goes to the LLM (the definition's field_for_llm).
     document_text_field: str = "content"
     rewrite_followups: bool = True
@@ -173,6 +198,13 @@ class ChatSettings(BaseSettings):
     available_models: list[str] = Field(default_factory=list)
     models_without_temperature: list[str] = Field(default_factory=list)
     max_num_of_pages: int = Field(default=10, ge=1, le=100)
+
+    @property
+    def context_budget_chars(self) -> int:
+        """Paragraph characters per answer: the setting, else a default that suits the backend."""
+        if self.context_max_chars is not None:
+            return self.context_max_chars
+        return 1000 if self.llm_backend == "llamacpp" else 8000
 
 
 class ObservabilitySettings(BaseSettings):

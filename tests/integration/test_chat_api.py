@@ -50,7 +50,9 @@ def new_session(http: httpx.Client, **body: Any) -> dict[str, Any]:
     return created
 
 
-def ask(http: httpx.Client, session_id: str, question: str, **params: Any) -> tuple[httpx.Response, list[SSEEvent]]:
+def ask(
+    http: httpx.Client, session_id: str, question: str, **params: Any
+) -> tuple[httpx.Response, list[SSEEvent]]:
     response = http.post(f"/v1/sessions/{session_id}/messages", json={"question": question}, params=params)
     return response, parse_sse(response.text)
 
@@ -93,7 +95,9 @@ def test_a_streamed_answer_sends_sources_tokens_then_done(http: httpx.Client) ->
 def test_stream_false_returns_the_same_as_json(http: httpx.Client) -> None:
     session = new_session(http)
     response = http.post(
-        f"/v1/sessions/{session['session_id']}/messages", json={"question": QUESTION}, params={"stream": "false"}
+        f"/v1/sessions/{session['session_id']}/messages",
+        json={"question": QUESTION},
+        params={"stream": "false"},
     )
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     body = response.json()
@@ -121,7 +125,11 @@ def test_feedback_is_stored_replaced_and_withdrawn(http: httpx.Client, server: C
     _, events = ask(http, session["session_id"], QUESTION)
     message_id = events[-1].data["message_id"]
     up = http.post(f"/v1/messages/{message_id}/feedback", json={"rating": "up", "comment": "clear"})
-    assert up.status_code == 200 and up.json() == {"message_id": message_id, "rating": "up", "comment": "clear"}
+    assert up.status_code == 200 and up.json() == {
+        "message_id": message_id,
+        "rating": "up",
+        "comment": "clear",
+    }
     withdrawn = http.post(f"/v1/messages/{message_id}/feedback", json={"rating": None})
     assert withdrawn.json()["rating"] is None
     assert http.post("/v1/messages/unknown/feedback", json={"rating": "down"}).status_code == 404
@@ -151,7 +159,9 @@ def test_llm_down_still_sends_the_sources_then_an_error(http: httpx.Client, serv
     try:
         _, events = ask(http, session["session_id"], QUESTION)
         as_json = http.post(
-            f"/v1/sessions/{session['session_id']}/messages", json={"question": QUESTION}, params={"stream": "false"}
+            f"/v1/sessions/{session['session_id']}/messages",
+            json={"question": QUESTION},
+            params={"stream": "false"},
         )
     finally:
         server.llm.state = "up"
@@ -183,37 +193,50 @@ def test_metrics_count_answers_ttft_tokens_and_feedback(http: httpx.Client) -> N
 def test_health_and_readiness(http: httpx.Client) -> None:
     assert http.get("/healthz").json()["status"] == "ok"
     ready = http.get("/readyz")
-    assert ready.status_code == 200 and ready.json()["checks"] == {"redis": True, "llm": True, "retriever": True}
+    assert ready.status_code == 200 and ready.json()["checks"] == {
+        "redis": True,
+        "llm": True,
+        "retriever": True,
+    }
 
 
 def test_strict_mode_refuses_without_calling_the_llm_when_nothing_is_relevant(redis_url: str) -> None:
     llm = ScriptedLLM(script)
-    with chat_server(llm=llm, redis_url=redis_url, relevance_threshold=0.99) as running:
-        with httpx.Client(base_url=running.url, timeout=60) as http:
-            session = new_session(http, mode="strict")
-            _, events = ask(http, session["session_id"], "What is the capital of France?")
+    with (
+        chat_server(llm=llm, redis_url=redis_url, relevance_threshold=0.99) as running,
+        httpx.Client(base_url=running.url, timeout=60) as http,
+    ):
+        session = new_session(http, mode="strict")
+        _, events = ask(http, session["session_id"], "What is the capital of France?")
     assert [e.event for e in events] == ["sources", "token", "done"]
     assert events[0].data["sources"] == [] and events[-1].data["abstained"] is True
-    assert events[-1].data["answer"] == "I could not find an answer to this question in the available sources."
+    assert (
+        events[-1].data["answer"] == "I could not find an answer to this question in the available sources."
+    )
     assert llm.calls == []
 
 
 def test_turns_are_capped_and_sessions_expire(redis_url: str) -> None:
-    with chat_server(llm=ScriptedLLM(script), redis_url=redis_url, max_turns=2, session_ttl_s=60) as running:
-        with httpx.Client(base_url=running.url, timeout=60) as http:
-            session_id = new_session(http)["session_id"]
-            for n in range(3):
-                ask(http, session_id, f"{QUESTION} {n}")
-            turns = http.get(f"/v1/sessions/{session_id}").json()["turns"]
-            assert [t["question"] for t in turns] == [f"{QUESTION} 1", f"{QUESTION} 2"]
-            client = redis.Redis.from_url(redis_url)
-            try:
-                for key in (f"{running.prefix}:chat:session:{session_id}", f"{running.prefix}:chat:session:{session_id}:turns"):
-                    assert 0 < client.ttl(key) <= 60
-                client.delete(f"{running.prefix}:chat:session:{session_id}")
-            finally:
-                client.close()
-            assert http.get(f"/v1/sessions/{session_id}").status_code == 404
+    with (
+        chat_server(llm=ScriptedLLM(script), redis_url=redis_url, max_turns=2, session_ttl_s=60) as running,
+        httpx.Client(base_url=running.url, timeout=60) as http,
+    ):
+        session_id = new_session(http)["session_id"]
+        for n in range(3):
+            ask(http, session_id, f"{QUESTION} {n}")
+        turns = http.get(f"/v1/sessions/{session_id}").json()["turns"]
+        assert [t["question"] for t in turns] == [f"{QUESTION} 1", f"{QUESTION} 2"]
+        client = redis.Redis.from_url(redis_url)
+        try:
+            for key in (
+                f"{running.prefix}:chat:session:{session_id}",
+                f"{running.prefix}:chat:session:{session_id}:turns",
+            ):
+                assert 0 < client.ttl(key) <= 60
+            client.delete(f"{running.prefix}:chat:session:{session_id}")
+        finally:
+            client.close()
+        assert http.get(f"/v1/sessions/{session_id}").status_code == 404
 
 
 def test_a_client_that_disconnects_stops_generation(redis_url: str) -> None:
@@ -221,7 +244,9 @@ def test_a_client_that_disconnects_stops_generation(redis_url: str) -> None:
     with chat_server(llm=llm, redis_url=redis_url) as running:
         with httpx.Client(base_url=running.url, timeout=60) as http:
             session_id = new_session(http)["session_id"]
-            with http.stream("POST", f"/v1/sessions/{session_id}/messages", json={"question": QUESTION}) as response:
+            with http.stream(
+                "POST", f"/v1/sessions/{session_id}/messages", json={"question": QUESTION}
+            ) as response:
                 for line in response.iter_lines():
                     if line.startswith("event: token"):
                         break
@@ -270,16 +295,38 @@ def test_the_cli_streams_answers_and_continues_its_session(server: ChatServer, t
     out = io.StringIO()
     with httpx.Client(base_url=server.url, timeout=60) as http:
         session_id = cli_chat.open_session(
-            client=http, url=server.url, state_file=state, session=None, new=False, mode="strict", language=None, out=out
+            client=http,
+            url=server.url,
+            state_file=state,
+            session=None,
+            new=False,
+            mode="strict",
+            language=None,
+            out=out,
         )
-        status = cli_chat.chat_loop(client=http, session_id=session_id, mode=None, lines=[QUESTION, "", "exit", "never asked"], out=out)
+        status = cli_chat.chat_loop(
+            client=http,
+            session_id=session_id,
+            mode=None,
+            lines=[QUESTION, "", "exit", "never asked"],
+            out=out,
+        )
         again = io.StringIO()
         same = cli_chat.open_session(
-            client=http, url=server.url, state_file=state, session=None, new=False, mode=None, language=None, out=again
+            client=http,
+            url=server.url,
+            state_file=state,
+            session=None,
+            new=False,
+            mode=None,
+            language=None,
+            out=again,
         )
         turns = http.get(f"/v1/sessions/{session_id}").json()["turns"]
     text = out.getvalue()
     assert status == 0 and f"new session {session_id} (mode strict)" in text
-    assert "bot> התשובה במקורות [1] וגם [2]." in text and "Sources:\n  [1] " in text and text.endswith("bye\n")
+    assert (
+        "bot> התשובה במקורות [1] וגם [2]." in text and "Sources:\n  [1] " in text and text.endswith("bye\n")
+    )
     assert same == session_id and "continuing session" in again.getvalue()
     assert [t["question"] for t in turns] == [QUESTION]

@@ -29,6 +29,7 @@ from ragbot.errors import ValidationFailed
 from ragbot.ports import SearchHit, SearchStore, StoredParagraph, Vector
 from ragbot.settings import StoreSettings
 from ragbot.stores import build_store, doc_id
+from ragbot.stores import embedded as embedded_module
 from ragbot.stores.elasticsearch import ElasticsearchStore
 from ragbot.stores.embedded import EmbeddedStore, _Matrix
 
@@ -114,6 +115,15 @@ def assert_clean(hits: Sequence[SearchHit]) -> None:
         leaked = [k for k in hit.source if k.endswith("_vectors") or k.endswith("__bm25")]
         assert not leaked, f"{hit.doc_id} leaks {leaked}"
         assert hit.source["doc_id"] == hit.doc_id
+
+
+def untied(hits: Sequence[SearchHit]) -> list[str]:
+    """Ids of the hits whose score no other hit shares (within float noise), in rank order."""
+    return [
+        h.doc_id
+        for h in hits
+        if not any(o is not h and o.score == pytest.approx(h.score, rel=1e-4) for o in hits)
+    ]
 
 
 def es_settings(es_url: str) -> StoreSettings:
@@ -386,6 +396,20 @@ async def test_bad_searches_and_writes_are_refused(store: SearchStore) -> None:
     assert await store.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("namespace", "abc"), ("featured", "yes"), ("revision_date", "20250101120000"), ("title", {"a": 1})],
+)
+async def test_values_a_field_type_cannot_hold_are_refused(store: SearchStore, name: str, value: Any) -> None:
+    await replace(store, page(12, 1, 2))
+    bad = page(12, 2, 3)
+    bad[2].fields[name] = value
+    with pytest.raises(ValidationFailed) as err:
+        await replace(store, bad)
+    assert err.value.field == f"paragraphs.{name}"
+    assert [h.doc_id for h in await store.page_paragraphs(page_id=12)] == [doc_id(12, 1, 0), doc_id(12, 1, 1)]
+
+
 async def test_get_by_ids_keeps_the_order_asked(store: SearchStore) -> None:
     await replace(store, page(1, 1, 3))
     await replace(store, page(2000, 4, 2))
@@ -405,6 +429,21 @@ async def test_no_vectors_or_analyzed_copies_in_any_result(store: SearchStore) -
     results += await store.page_paragraphs(page_id=2)
     assert len(results) == 33
     assert_clean(results)
+
+
+async def test_elasticsearch_approximate_mode_uses_hnsw(es_url: str) -> None:
+    settings = es_settings(es_url).model_copy(update={"vector_search": "approximate"})
+    store = ElasticsearchStore(settings=settings, definition=DEFINITION, dimensions=DIMENSIONS)
+    try:
+        await store.ensure_ready()
+        mapping = store.template["template"]["mappings"]["properties"][CONTENT_MINI]
+        assert mapping["index_options"] == {"type": "hnsw"}
+        written = await _corpus(store)
+        target = doc_id(4, 1, 1)
+        hits = await store.knn(vector_field=CONTENT_MINI, vector=written[target][CONTENT_MINI], k=3)
+        assert hits[0].doc_id == target and hits[0].score == pytest.approx(2.0, abs=1e-4)
+    finally:
+        await dispose(store)
 
 
 # ---- both stores agree --------------------------------------------------------------------------
@@ -433,9 +472,12 @@ async def test_both_stores_return_the_same_sources_and_rankings(es_url: str, tmp
         kb = await es.knn(vector_field=TITLE_E5, vector=query, k=10)
         assert [h.doc_id for h in ka] == [h.doc_id for h in kb]
         assert [h.score for h in ka] == pytest.approx([h.score for h in kb], abs=1e-4)
-        for q in ("לעובדים", "דמי אבטלה", "housing grant", "paragraph 2 of page 7"):
-            ba, bb = await embedded.bm25(query=q, k=3), await es.bm25(query=q, k=3)
-            assert [h.doc_id for h in ba][:1] == [h.doc_id for h in bb][:1], q
+        # Same BM25F formula (Lucene's, with the (k1 + 1) scale): same ranking, same scores.
+        for q in ("לעובדים", "דמי אבטלה", "housing grant", "paragraph 2 of page 7", "זכויות עובדים במס"):
+            ba, bb = await embedded.bm25(query=q, k=5), await es.bm25(query=q, k=5)
+            assert [h.score for h in ba] == pytest.approx([h.score for h in bb], rel=1e-3), q
+            # Equal scores may come in either order; ids are compared where scores differ.
+            assert untied(ba) == untied(bb), q
     finally:
         await dispose(embedded)
         await dispose(es)
@@ -462,6 +504,29 @@ async def test_embedded_sees_writes_of_another_writer(tmp_path: Path) -> None:
         hits = await reader.knn(vector_field=CONTENT_MINI, vector=probe[CONTENT_MINI], k=10)
         assert {h.page_id for h in hits} == {1}
         assert await reader.count() == 3
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+async def test_embedded_reader_far_behind_reloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the removed-rows log's reach, a reader reloads instead of patching, and stays right."""
+    monkeypatch.setattr(embedded_module, "REMOVED_LOG_KEEP", 3)
+    path = tmp_path / "s.sqlite3"
+    reader, writer = embedded_at(path), embedded_at(path)
+    try:
+        for pid in (1, 2, 3):
+            await replace(reader, page(pid, 1, 2, content=f"word{pid}"))
+        probe = vectors_for(1)[CONTENT_MINI]
+        assert len(await reader.knn(vector_field=CONTENT_MINI, vector=probe, k=10)) == 6
+        assert (await reader.bm25(query="word2", k=1))[0].page_id == 2
+        for revision in range(2, 8):  # six writes: more than the log keeps
+            await replace(writer, page(2, revision, 1, content=f"word{revision * 10}"))
+        await writer.delete_page(page_id=3)
+        hits = await reader.knn(vector_field=CONTENT_MINI, vector=probe, k=10)
+        assert sorted(h.doc_id for h in hits) == sorted([doc_id(1, 1, 0), doc_id(1, 1, 1), doc_id(2, 7, 0)])
+        assert await reader.bm25(query="word2", k=1) == []
+        assert (await reader.bm25(query="word70", k=1))[0].doc_id == doc_id(2, 7, 0)
     finally:
         await reader.close()
         await writer.close()
@@ -591,7 +656,8 @@ async def test_embedded_rederives_when_the_definition_changes(tmp_path: Path) ->
     """A new text field becomes searchable and a new keyword field filterable on the existing rows."""
     path = tmp_path / "s.sqlite3"
     before = embedded_at(path)
-    await replace(before, [paragraph(1, 1, 0, content="alpha"), paragraph(2, 1, 0, content="beta")])
+    await replace(before, [paragraph(1, 1, 0, content="alpha")])
+    await replace(before, [paragraph(2, 1, 0, content="beta")])
     await before.close()
     raw = {
         "identifier_field": "page_id",

@@ -32,7 +32,7 @@ SAMPLE_DEFINITION_JSON: dict[str, Any] = {
     "models": {MODEL: "content"},
 }
 # Short pages first keep indexing fast; they cover distinct topics.
-SAMPLE_PAGES = 5
+SAMPLE_PAGES = 4
 MAX_TOKENS = 256
 
 

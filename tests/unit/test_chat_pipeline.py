@@ -422,3 +422,19 @@ def test_clean_rewrite_takes_the_first_line_unquoted() -> None:
     )
     assert clean_rewrite("\n\n", limit=100) is None
     assert clean_rewrite("x" * 101, limit=100) is None
+
+
+async def test_a_failing_current_page_lookup_does_not_sink_the_answer() -> None:
+    pipeline, llm, retriever, _ = make(DOCS)
+    original = retriever.retrieve
+
+    async def retrieve(request: Any) -> Any:
+        if request.filters:
+            raise ValidationFailed("unknown filter field 'page_id'", field="filters.page_id")
+        return await original(request)
+
+    retriever.retrieve = retrieve  # type: ignore[method-assign]
+    events = await run(pipeline, page_id=9)
+    assert isinstance(events[-1], DoneEvent) and len(sources_of(events).sources) == 3
+    assert "page_id" in sources_of(events).debug["retrieval"]["debug"]["current_page_error"]
+    assert len(llm.calls) == 1

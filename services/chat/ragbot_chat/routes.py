@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
@@ -138,9 +138,14 @@ async def list_models() -> dict[str, Any]:
 
 
 @kolzchut_router.post("/search")
-async def search(body: SearchRequest, res: ResourcesDep) -> JSONResponse:
+async def search(
+    body: SearchRequest,
+    res: ResourcesDep,
+    forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
+) -> JSONResponse:
     """KZChatbot's question: ``{gpt_result, docs, conversation_id}`` (plus debug fields when asked)."""
-    status, payload = await service.kolzchut_search(res=res, body=body)
+    client = forwarded_for.split(",")[0].strip()[:64] if forwarded_for else None
+    status, payload = await service.kolzchut_search(res=res, body=body, forwarded_for=client)
     return JSONResponse(payload, status_code=status)
 
 

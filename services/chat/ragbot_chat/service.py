@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from ragbot.chat.citations import unique_pages
@@ -46,6 +47,8 @@ from ragbot.chat.sessions import MessageRecord, new_id, now_iso
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources
+
+logger = logging.getLogger(__name__)
 
 SSE_HEADERS: Mapping[str, str] = {
     "Cache-Control": "no-cache",
@@ -99,6 +102,7 @@ async def run_and_store(
     message_id: str,
     session_id: str | None,
     asked_from: str | None = None,
+    forwarded_for: str | None = None,
 ) -> AsyncIterator[ChatEvent]:
     """The pipeline's events; the turn and the message are stored just before ``done`` is passed on."""
     rewritten: str | None = None
@@ -106,15 +110,19 @@ async def run_and_store(
         if isinstance(event, SourcesEvent):
             rewritten = event.rewritten_question
         if isinstance(event, DoneEvent):
-            await store_answer(
-                res=res,
-                request=request,
-                done=event,
-                message_id=message_id,
-                session_id=session_id,
-                rewritten=rewritten,
-                asked_from=asked_from,
-            )
+            try:
+                await store_answer(
+                    res=res,
+                    request=request,
+                    done=event,
+                    message_id=message_id,
+                    session_id=session_id,
+                    rewritten=rewritten,
+                    asked_from=asked_from,
+                    forwarded_for=forwarded_for,
+                )
+            except DependencyUnavailable as exc:  # the answer is still worth delivering
+                logger.warning("answer not stored", extra={"message_id": message_id, "error": str(exc)})
         yield event
 
 
@@ -127,6 +135,7 @@ async def store_answer(
     session_id: str | None,
     rewritten: str | None,
     asked_from: str | None,
+    forwarded_for: str | None = None,
 ) -> None:
     """Keep the answer for feedback, and the turn in its session for follow-ups."""
     stamp = now_iso()
@@ -137,6 +146,7 @@ async def store_answer(
             session_id=session_id,
             channel=request.channel,
             asked_from=asked_from,
+            forwarded_for=forwarded_for,
             question=request.question,
             rewritten_question=rewritten,
             answer=done.answer,
@@ -221,7 +231,7 @@ async def sse_stream(
         )
 
 
-async def with_pings(chunks: AsyncIterator[bytes], *, every_s: float) -> AsyncIterator[bytes]:
+async def with_pings(chunks: AsyncIterator[bytes], *, every_s: float) -> AsyncGenerator[bytes, None]:
     """Pass chunks through, adding an SSE comment when none came for ``every_s`` (keeps proxies open).
 
     When the client goes away the server cancels this generator; the pending step of ``chunks`` is
@@ -325,7 +335,9 @@ def _page_id(value: int | str | None) -> int | None:
     return None
 
 
-async def kolzchut_search(*, res: Resources, body: SearchRequest) -> tuple[int, dict[str, Any]]:
+async def kolzchut_search(
+    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
+) -> tuple[int, dict[str, Any]]:
     """Answer KZChatbot's ``/search``: (status code, body) with exactly its field names."""
     started = time.perf_counter()
     config = await res.configs.get()
@@ -356,7 +368,12 @@ async def kolzchut_search(*, res: Resources, body: SearchRequest) -> tuple[int, 
     asked_from = None if body.asked_from is None else str(body.asked_from)
     sources, done, error = await collect(
         run_and_store(
-            res=res, request=request, message_id=conversation_id, session_id=None, asked_from=asked_from
+            res=res,
+            request=request,
+            message_id=conversation_id,
+            session_id=None,
+            asked_from=asked_from,
+            forwarded_for=forwarded_for,
         )
     )
     docs = [{"title": s.title, "url": s.url} for s in unique_pages(sources.sources if sources else [])]

@@ -3,24 +3,38 @@
 Idempotent by construction: paragraph ids derive from (page, revision, paragraph) and
 ``replace_page`` is atomic, so a message delivered twice leaves the same paragraphs; a ping for an
 older revision than the one indexed, or for the same one, is skipped.
+
+Revision order: wiki and pushed pages carry real revision ids, so an older one is ignored. Uploaded
+files and folder files carry a hash of their content as revision (``UNORDERED_SOURCES``): there the
+same revision is a no-op and any other revision replaces the page (the last upload wins).
+
+Batching: ``index_page`` handles one ping (the freshness path: nothing waits for company).
+``index_pages`` handles a batch of pages that arrived together (a bulk reindex): every page is split
+first, the batch's paragraphs are embedded in shared calls of at most ``batch_max_paragraphs`` per
+(model, field), then each page is written with one atomic ``replace_page``. A page that fails is
+counted and reported; the rest of the batch is still written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ragbot.contextual import Contextualizer
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import DependencyUnavailable, SourceRefused
+from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused
 from ragbot.events import EventPublisher
+from ragbot.indexing import embed_prepared, group_by_size, prepare_paragraphs
 from ragbot.jobs import JobStore
 from ragbot.observability.metrics import WorkerMetrics
-from ragbot.ports import Embedder, PageSource, SearchStore
+from ragbot.paragraphs import LinkTargets
+from ragbot.ports import Embedder, PageSource, SearchStore, StoredParagraph
 from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import DeletePage, IndexPage, PageDeleted, PageIndexed
+from ragbot.schemas.messages import DeletePage, IndexPage, IndexPages, PageDeleted, PageIndexed, PageRef
 from ragbot.schemas.pages import Page, PageState
 
 logger = logging.getLogger(__name__)
@@ -38,6 +52,10 @@ class IndexingContext:
     events: EventPublisher
     metrics: WorkerMetrics
     max_tokens: int
+    link_targets: LinkTargets = "drop"
+    batch_max_paragraphs: int = 512
+    fetch_concurrency: int = 4
+    contextualizer: Contextualizer | None = None
     store_ready: bool = field(default=False)
 
     async def ready_store(self) -> SearchStore:
@@ -48,30 +66,54 @@ class IndexingContext:
         return self.store
 
 
+# Sources whose revision ids are content hashes, not an order (uploads, folder files).
+UNORDERED_SOURCES = frozenset({"upload", "file"})
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a command ended when it did not fail."""
+    """How a command ended when it did not raise.
+
+    Batches also say how their pages fared: ``progress`` ({total, done, failed, pending}), ``error``
+    (pages that failed for good) and ``retry`` (pages that failed in a way worth retrying; the task is
+    retried while attempts remain, and those pages count as failed on the last one).
+    """
 
     state: JobState
     detail: str
     revision_id: int | None = None
+    progress: Mapping[str, int] | None = None
+    error: str | None = None
+    retry: str | None = None
+    payload: Mapping[str, object] | None = None
 
 
-def _skip_reason(*, revision_id: int, indexed: PageState | None, force: bool) -> str | None:
+def _skip_reason(
+    *, revision_id: int, indexed: PageState | None, force: bool, ordered: bool = True
+) -> str | None:
     if indexed is None or force:
         return None
-    if revision_id < indexed.revision_id:
-        return f"revision {revision_id} is older than indexed revision {indexed.revision_id}"
     if revision_id == indexed.revision_id:
         return f"revision {revision_id} is already indexed"
+    if ordered and revision_id < indexed.revision_id:
+        return f"revision {revision_id} is older than indexed revision {indexed.revision_id}"
     return None
 
 
-async def index_page(*, ctx: IndexingContext, command: IndexPage) -> Outcome:
+def _ordered(page: Page | None) -> bool:
+    return page is None or page.source not in UNORDERED_SOURCES
+
+
+async def index_page(*, ctx: IndexingContext, command: IndexPage, final: bool = True) -> Outcome:
     """Make the store hold exactly the page's newest revision (or nothing, when it left scope)."""
     store = await ctx.ready_store()
     indexed = await store.page_state(page_id=command.page_id)
-    if indexed is not None and not command.force and command.revision_id < indexed.revision_id:
+    if (
+        indexed is not None
+        and not command.force
+        and _ordered(command.page)
+        and command.revision_id < indexed.revision_id
+    ):
         reason = f"revision {command.revision_id} is older than indexed revision {indexed.revision_id}"
         return Outcome(JobState.skipped, reason, indexed.revision_id)
     # A ping for the indexed revision still fetches: delete and move pings carry the last revision,
@@ -87,22 +129,69 @@ async def index_page(*, ctx: IndexingContext, command: IndexPage) -> Outcome:
         )
         return Outcome(JobState.done, f"page left scope; removed {removed} paragraphs")
     # The wiki answers with its current revision, which may differ from the ping's.
-    skip = _skip_reason(revision_id=page.revision_id, indexed=indexed, force=command.force)
+    skip = _skip_reason(
+        revision_id=page.revision_id, indexed=indexed, force=command.force, ordered=_ordered(page)
+    )
     if skip:
         return Outcome(JobState.skipped, skip, page.revision_id)
-    from ragbot.indexing import build_stored_paragraphs
+    if command.revision_date is not None and page.revision_date is None:
+        page = page.model_copy(update={"revision_date": command.revision_date})
+    [count] = await write_pages(ctx=ctx, store=store, pages=[page], job_id=command.job_id)
+    return Outcome(JobState.done, f"indexed {count} paragraphs", page.revision_id)
 
+
+async def write_pages(
+    *, ctx: IndexingContext, store: SearchStore, pages: Sequence[Page], job_id: str | None
+) -> list[int]:
+    """Split, (contextualise), embed in shared batches and write pages; paragraphs written per page.
+
+    Pages are written group by group (at most ``batch_max_paragraphs`` paragraphs embedded per
+    call), so a long batch becomes searchable progressively and its memory stays bounded.
+    """
     started = time.perf_counter()
-    paragraphs = build_stored_paragraphs(
-        page, definition=ctx.definition, embedders=ctx.embedders, max_tokens=ctx.max_tokens
-    )
-    ctx.metrics.build_seconds.observe(time.perf_counter() - started)
+    prepared = [
+        prepare_paragraphs(
+            page,
+            definition=ctx.definition,
+            embedders=ctx.embedders,
+            max_tokens=ctx.max_tokens,
+            link_targets=ctx.link_targets,
+        )
+        for page in pages
+    ]
+    counts = [len(p) for p in prepared]
+    for group in group_by_size(counts, max_items=ctx.batch_max_paragraphs):
+        contexts: dict[str, str] = {}
+        if ctx.contextualizer is not None:
+            for i in group:
+                contexts.update(await ctx.contextualizer.contexts(pages[i], prepared[i]))
+        embed_prepared(
+            [prepared[i] for i in group],
+            definition=ctx.definition,
+            embedders=ctx.embedders,
+            contexts=contexts,
+        )
+        ctx.metrics.build_seconds.observe(time.perf_counter() - started)
+        for i in group:
+            await _write_one(ctx=ctx, store=store, page=pages[i], paragraphs=prepared[i], job_id=job_id)
+            prepared[i] = []  # the vectors are written: let them go
+        started = time.perf_counter()
+    return counts
+
+
+async def _write_one(
+    *,
+    ctx: IndexingContext,
+    store: SearchStore,
+    page: Page,
+    paragraphs: Sequence[StoredParagraph],
+    job_id: str | None,
+) -> None:
     await store.replace_page(page_id=page.page_id, revision_id=page.revision_id, paragraphs=paragraphs)
     for model in ctx.definition.model_names:
         ctx.metrics.paragraphs.labels(model).inc(len(paragraphs))
     indexed_at = _now()
-    revision_date = page.revision_date or command.revision_date
-    lag = (indexed_at - revision_date).total_seconds() if revision_date else None
+    lag = (indexed_at - page.revision_date).total_seconds() if page.revision_date else None
     if lag is not None and lag >= 0:
         ctx.metrics.freshness_lag.observe(lag)
     await _publish(
@@ -113,13 +202,165 @@ async def index_page(*, ctx: IndexingContext, command: IndexPage) -> Outcome:
             paragraphs=len(paragraphs),
             indexed_at=indexed_at,
             lag_s=lag,
-            job_id=command.job_id,
+            job_id=job_id,
         ),
     )
-    return Outcome(JobState.done, f"indexed {len(paragraphs)} paragraphs", page.revision_id)
 
 
-async def delete_page(*, ctx: IndexingContext, command: DeletePage) -> Outcome:
+@dataclass(slots=True)
+class _BatchTally:
+    """How the pages of one batch fared."""
+
+    total: int
+    done: int = 0
+    failed: dict[int, str] = field(default_factory=dict)
+    pending: dict[int, str] = field(default_factory=dict)
+    skipped: int = 0
+    removed: int = 0
+
+    def progress(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "done": self.done,
+            "failed": len(self.failed),
+            "pending": len(self.pending),
+        }
+
+
+async def index_pages(*, ctx: IndexingContext, command: IndexPages, final: bool = True) -> Outcome:
+    """Index a batch of pages together; each page ends done (indexed, skipped, removed) or failed."""
+    store = await ctx.ready_store()
+    tally = _BatchTally(total=len(command.pages) + len(command.refs))
+    candidates: dict[int, Page] = {}
+    for page in command.pages:
+        await _consider(ctx=ctx, store=store, page=page, force=command.force, tally=tally, into=candidates)
+    fetched = await _fetch_refs(ctx=ctx, store=store, refs=command.refs, force=command.force, tally=tally)
+    for page in fetched:
+        await _consider(ctx=ctx, store=store, page=page, force=command.force, tally=tally, into=candidates)
+    pages = list(candidates.values())
+    try:
+        counts = await write_pages(ctx=ctx, store=store, pages=pages, job_id=command.job_id)
+        tally.done += len(pages)
+    except DependencyUnavailable:
+        raise  # the store or Redis: retry the batch (pages already written are skipped next time)
+    except Exception as exc:  # one bad page must not sink the batch: find it page by page
+        logger.warning("batch failed as a whole, indexing page by page", extra={"error": repr(exc)})
+        counts = await _write_one_by_one(
+            ctx=ctx, store=store, pages=pages, job_id=command.job_id, tally=tally
+        )
+    if final and tally.pending:
+        tally.failed.update(tally.pending)
+        tally.pending.clear()
+    detail = (
+        f"{tally.done} of {tally.total} pages done ({len(pages)} indexed, {sum(counts)} paragraphs; "
+        f"{tally.skipped} unchanged; {tally.removed} out of scope)"
+    )
+    state = JobState.failed if tally.failed else JobState.done
+    return Outcome(
+        state=state,
+        detail=detail,
+        progress=tally.progress(),
+        error=_reasons(tally.failed) if tally.failed else None,
+        retry=_reasons(tally.pending) if tally.pending else None,
+        payload=None
+        if tally.failed or tally.pending
+        else {
+            "job_id": command.job_id,
+            "parent_job_id": command.parent_job_id,
+            "batch": command.batch,
+            "page_ids": [p.page_id for p in command.pages] + [r.page_id for r in command.refs],
+        },
+    )
+
+
+async def _consider(
+    *,
+    ctx: IndexingContext,
+    store: SearchStore,
+    page: Page,
+    force: bool,
+    tally: _BatchTally,
+    into: dict[int, Page],
+) -> None:
+    """Queue a page for writing unless its revision is already there (the newest copy wins)."""
+    if page.page_id in into:
+        earlier = into[page.page_id]
+        if _ordered(page) and page.revision_id < earlier.revision_id:
+            tally.done += 1
+            tally.skipped += 1
+            return
+        tally.done += 1
+        tally.skipped += 1
+    indexed = await store.page_state(page_id=page.page_id)
+    skip = _skip_reason(revision_id=page.revision_id, indexed=indexed, force=force, ordered=_ordered(page))
+    if skip:
+        into.pop(page.page_id, None)
+        tally.done += 1
+        tally.skipped += 1
+        return
+    into[page.page_id] = page
+
+
+async def _fetch_refs(
+    *, ctx: IndexingContext, store: SearchStore, refs: Sequence[PageRef], force: bool, tally: _BatchTally
+) -> list[Page]:
+    """Fetch the referenced pages (a few at a time); remove those that left scope."""
+    limit = asyncio.Semaphore(ctx.fetch_concurrency)
+
+    async def one(ref: PageRef) -> Page | None:
+        if ref.revision_id and not force:
+            indexed = await store.page_state(page_id=ref.page_id)
+            if indexed is not None and indexed.revision_id >= ref.revision_id:
+                tally.done += 1
+                tally.skipped += 1
+                return None
+        try:
+            async with limit:
+                page = await ctx.source.fetch(page_id=ref.page_id, callback_url=ref.callback_url)
+        except SourceError as exc:
+            tally.pending[ref.page_id] = f"{type(exc).__name__}: {exc}"
+            return None
+        except SourceRefused as exc:
+            tally.failed[ref.page_id] = f"{type(exc).__name__}: {exc}"
+            return None
+        if page is None:
+            await store.delete_page(page_id=ref.page_id)
+            await _publish(
+                ctx,
+                PageDeleted(page_id=ref.page_id, deleted_at=_now(), reason="out_of_scope", job_id=None),
+            )
+            tally.done += 1
+            tally.removed += 1
+            return None
+        return page
+
+    results = await asyncio.gather(*(one(r) for r in refs))
+    return [p for p in results if p is not None]
+
+
+async def _write_one_by_one(
+    *, ctx: IndexingContext, store: SearchStore, pages: Sequence[Page], job_id: str, tally: _BatchTally
+) -> list[int]:
+    counts: list[int] = []
+    for page in pages:
+        try:
+            counts.extend(await write_pages(ctx=ctx, store=store, pages=[page], job_id=job_id))
+            tally.done += 1
+        except DependencyUnavailable:
+            raise
+        except Exception as exc:  # reported on the batch job, the worker carries on
+            logger.error("page failed", extra={"page_id": page.page_id, "error": repr(exc)}, exc_info=True)
+            tally.failed[page.page_id] = f"{type(exc).__name__}: {exc}"
+    return counts
+
+
+def _reasons(by_page: Mapping[int, str], *, limit: int = 20) -> str:
+    items = [f"page {page_id}: {reason}" for page_id, reason in sorted(by_page.items())]
+    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+async def delete_page(*, ctx: IndexingContext, command: DeletePage, final: bool = True) -> Outcome:
     """Remove a page from every shard."""
     store = await ctx.ready_store()
     removed = await store.delete_page(page_id=command.page_id)

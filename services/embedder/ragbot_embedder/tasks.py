@@ -1,10 +1,16 @@
-"""The Celery tasks ``embedder.index_page`` and ``embedder.delete_page``: validation, retries, dead letters.
+"""The Celery tasks ``embedder.index_page``, ``embedder.index_pages`` and ``embedder.delete_page``:
+validation, retries, dead letters.
 
 Each task validates its message, runs the service function on the process's event loop and maps the
 result onto the job record. Source and dependency errors (wiki 5xx/timeouts, store or Redis down)
 are retried with exponential backoff and jitter up to ``WorkerSettings.max_retries``; after the last
 retry, or at once for input we will never accept, the job is dead-lettered with its error and attempt
 count. Nothing a message contains can crash the worker.
+
+A batch (``index_pages``) may end partly done: its pages that failed for a retryable reason make the
+task retry (the pages already written are skipped on the next attempt), pages that failed for good
+dead-letter the batch job with the reasons. Every record of a batch is followed by a refresh of its
+reindex parent's progress.
 """
 
 from __future__ import annotations
@@ -14,17 +20,25 @@ import random
 import re
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from celery import Celery, Task
 from celery.exceptions import Retry
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import DependencyUnavailable, NotFound, SourceError
+from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, SourceError
 from ragbot.observability.logging import request_id_scope
 from ragbot.queue import task_request_id
+from ragbot.reindex import refresh_parent
 from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK, DeletePage, IndexPage
+from ragbot.schemas.messages import (
+    DELETE_PAGE_TASK,
+    INDEX_PAGE_TASK,
+    INDEX_PAGES_TASK,
+    DeletePage,
+    IndexPage,
+    IndexPages,
+)
 from ragbot.settings import WorkerSettings
 from ragbot_embedder import service
 
@@ -33,6 +47,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 C = TypeVar("C", bound=BaseModel)
+
+
+class PagesFailed(RagbotError):
+    """Some pages of a batch failed for good (the message lists them)."""
+
+
 RETRYABLE: tuple[type[Exception], ...] = (SourceError, DependencyUnavailable)
 
 
@@ -101,41 +121,49 @@ class TaskRunner:
             logger.error("invalid message dropped", extra={"task": self.name, "error": str(exc)})
             return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
         job_id = str(getattr(command, "job_id", job_id))
-        self._record(rt, job_id=job_id, state=JobState.running, attempts=attempt + 1)
+        parent = getattr(command, "parent_job_id", None)
         try:
-            result = rt.run(self.handler(ctx=rt.ctx, command=command))
+            return self._execute(task, rt, command=command, job_id=job_id, attempt=attempt)
+        finally:
+            if isinstance(parent, str) and parent:
+                self._refresh_parent(rt, parent)
+
+    def _execute(
+        self, task: Task[Any, Any], rt: Runtime, *, command: BaseModel, job_id: str, attempt: int
+    ) -> str:
+        self._record(rt, job_id=job_id, state=JobState.running, attempts=attempt + 1)
+        final = attempt >= self.settings.max_retries
+        try:
+            result = rt.run(self.handler(ctx=rt.ctx, command=command, final=final))
         except RETRYABLE as exc:
-            if attempt < self.settings.max_retries:
-                delay = backoff_s(
-                    attempt=attempt,
-                    base_s=self.settings.retry_backoff_s,
-                    max_s=self.settings.retry_backoff_max_s,
-                )
-                reason = failure_reason(exc)
-                rt.ctx.metrics.retries.labels(self.name, reason).inc()
-                logger.warning(
-                    "task failed, retrying",
-                    extra={
-                        "task": self.name,
-                        "job_id": job_id,
-                        "attempt": attempt + 1,
-                        "delay_s": round(delay, 3),
-                        "error": f"{type(exc).__name__}: {exc}",
-                    },
-                )
-                self._record(
-                    rt,
-                    job_id=job_id,
-                    state=JobState.retrying,
-                    attempts=attempt + 1,
-                    error=f"{type(exc).__name__}: {exc}",
-                    detail=f"attempt {attempt + 1} of {self.settings.max_retries + 1} failed; "
-                    f"retry in {delay:.2f} s",
-                )
-                raise task.retry(countdown=delay, max_retries=self.settings.max_retries) from None
+            if not final:
+                self._retry(task, rt, job_id=job_id, attempt=attempt, reason=failure_reason(exc), error=exc)
             return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
         except Exception as exc:  # bad input or a bug: dead-letter it, keep the worker alive
             return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
+        extra: dict[str, Any] = {}
+        if result.progress is not None:
+            extra["progress"] = dict(result.progress)
+        if result.retry is not None and not final:
+            self._record(rt, job_id=job_id, **extra)
+            self._retry(
+                task,
+                rt,
+                job_id=job_id,
+                attempt=attempt,
+                reason="source_error",
+                error=SourceError(result.retry),
+            )
+        if result.state is JobState.failed:
+            self._record(rt, job_id=job_id, detail=result.detail, **extra)
+            return self._fail(
+                rt,
+                job_id=job_id,
+                exc=PagesFailed(result.error or result.detail),
+                attempts=attempt + 1,
+            )
+        if result.payload is not None:
+            extra["payload"] = dict(result.payload)
         self._record(
             rt,
             job_id=job_id,
@@ -143,6 +171,7 @@ class TaskRunner:
             error=None,
             detail=result.detail,
             revision_id=result.revision_id,
+            **extra,
         )
         logger.info(
             "task %s",
@@ -150,6 +179,45 @@ class TaskRunner:
             extra={"task": self.name, "job_id": job_id, "detail": result.detail},
         )
         return result.state.value
+
+    def _retry(
+        self, task: Task[Any, Any], rt: Runtime, *, job_id: str, attempt: int, reason: str, error: Exception
+    ) -> NoReturn:
+        """Record the failed attempt and schedule the next one with backoff (raises ``Retry``)."""
+        delay = backoff_s(
+            attempt=attempt,
+            base_s=self.settings.retry_backoff_s,
+            max_s=self.settings.retry_backoff_max_s,
+        )
+        rt.ctx.metrics.retries.labels(self.name, reason).inc()
+        logger.warning(
+            "task failed, retrying",
+            extra={
+                "task": self.name,
+                "job_id": job_id,
+                "attempt": attempt + 1,
+                "delay_s": round(delay, 3),
+                "error": f"{type(error).__name__}: {error}",
+            },
+        )
+        self._record(
+            rt,
+            job_id=job_id,
+            state=JobState.retrying,
+            attempts=attempt + 1,
+            error=f"{type(error).__name__}: {error}",
+            detail=f"attempt {attempt + 1} of {self.settings.max_retries + 1} failed; retry in {delay:.2f} s",
+        )
+        raise task.retry(countdown=delay, max_retries=self.settings.max_retries) from None
+
+    def _refresh_parent(self, rt: Runtime, parent_job_id: str) -> None:
+        """Best effort: the next batch (or a status read) refreshes it again."""
+        try:
+            rt.run(refresh_parent(jobs=rt.ctx.jobs, parent_job_id=parent_job_id))
+        except (DependencyUnavailable, NotFound) as exc:
+            logger.warning(
+                "could not refresh the reindex job", extra={"job_id": parent_job_id, "error": str(exc)}
+            )
 
     def _fail(self, rt: Runtime, *, job_id: str | None, exc: BaseException, attempts: int) -> str:
         reason = failure_reason(exc)
@@ -186,7 +254,7 @@ class TaskRunner:
 
 
 def register_tasks(app: Celery, *, worker_settings: WorkerSettings, runtime: Callable[[], Runtime]) -> None:
-    """Register both tasks on ``app`` by their shared names."""
+    """Register the three tasks on ``app`` by their shared names."""
     index = TaskRunner(
         name=INDEX_PAGE_TASK,
         model=IndexPage,
@@ -210,5 +278,18 @@ def register_tasks(app: Celery, *, worker_settings: WorkerSettings, runtime: Cal
         """Remove one page from the store."""
         return delete(self, message)
 
+    batch = TaskRunner(
+        name=INDEX_PAGES_TASK,
+        model=IndexPages,
+        handler=service.index_pages,
+        runtime=runtime,
+        settings=worker_settings,
+    )
+
+    def index_pages(self: Task[Any, Any], message: Any) -> str:
+        """Index a batch of pages together (bulk reindex)."""
+        return batch(self, message)
+
     app.task(name=INDEX_PAGE_TASK, bind=True, max_retries=worker_settings.max_retries)(index_page)
+    app.task(name=INDEX_PAGES_TASK, bind=True, max_retries=worker_settings.max_retries)(index_pages)
     app.task(name=DELETE_PAGE_TASK, bind=True, max_retries=worker_settings.max_retries)(delete_page)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from celery import Celery, signals
 from redis.asyncio import Redis
 
+from ragbot.contextual import Contextualizer, RedisContextCache
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
 from ragbot.events import EventPublisher
@@ -27,11 +28,13 @@ from ragbot.observability.metrics import mark_process_dead, worker_metrics
 from ragbot.ports import Embedder
 from ragbot.queue import create_celery_app
 from ragbot.settings import (
+    ChatSettings,
     IngestSettings,
     ModelSettings,
     RedisSettings,
     StoreSettings,
     WorkerSettings,
+    get_chat_settings,
     get_ingest_settings,
     get_model_settings,
     get_redis_settings,
@@ -75,6 +78,26 @@ class Runtime:
         self.loop.close()
 
 
+def build_contextualizer(
+    *, worker_settings: WorkerSettings, chat_settings: ChatSettings, redis: Redis, key_prefix: str
+) -> Contextualizer:
+    """Contextual retrieval with the chat LLM's settings and a Redis cache (the LLM is warmed here)."""
+    from ragbot.llms import build_llm
+
+    llm = build_llm(settings=chat_settings)
+    llm.warm_up()
+    return Contextualizer(
+        llm=llm,
+        cache=RedisContextCache(
+            redis=redis, key_prefix=key_prefix, ttl_s=worker_settings.contextual_cache_ttl_s
+        ),
+        model_name=f"{llm.backend}:{llm.model}",
+        max_tokens=worker_settings.contextual_max_tokens,
+        document_chars=worker_settings.contextual_document_chars,
+        concurrency=worker_settings.contextual_concurrency,
+    )
+
+
 def build_runtime(
     *,
     worker_settings: WorkerSettings,
@@ -82,6 +105,7 @@ def build_runtime(
     store_settings: StoreSettings,
     model_settings: ModelSettings,
     ingest_settings: IngestSettings,
+    chat_settings: ChatSettings | None = None,
 ) -> Runtime:
     """The composition root: load and warm the models, size and prepare the store, wire the rest."""
     from ragbot.embedders import build_embedders
@@ -104,6 +128,19 @@ def build_runtime(
         max_bytes=ingest_settings.max_page_bytes,
         timeout_s=ingest_settings.fetch_timeout_s,
     )
+    contextualizer = (
+        build_contextualizer(
+            worker_settings=worker_settings,
+            chat_settings=chat_settings or get_chat_settings(),
+            redis=redis,
+            key_prefix=redis_settings.key_prefix,
+        )
+        if worker_settings.contextual_retrieval
+        else None
+    )
+    max_tokens = worker_settings.paragraph_tokens
+    if contextualizer is not None:  # room for the context in the model's input
+        max_tokens = max(16, max_tokens - worker_settings.contextual_max_tokens)
     ctx = IndexingContext(
         definition=definition,
         embedders=embedders,
@@ -112,7 +149,10 @@ def build_runtime(
         jobs=JobStore(redis=redis, key_prefix=redis_settings.key_prefix),
         events=EventPublisher(redis=redis, key_prefix=redis_settings.key_prefix),
         metrics=worker_metrics(),
-        max_tokens=worker_settings.paragraph_tokens,
+        max_tokens=max_tokens,
+        link_targets=worker_settings.link_targets,
+        batch_max_paragraphs=worker_settings.micro_batch_max_paragraphs,
+        contextualizer=contextualizer,
     )
     runtime = Runtime(ctx=ctx, settings=worker_settings, loop=loop, redis=redis, source=source)
     try:
@@ -181,8 +221,18 @@ def _keep_our_logging(**_: Any) -> None:
 def create_worker_app(*, redis_settings: RedisSettings, worker_settings: WorkerSettings) -> Celery:
     """The worker's Celery app with both tasks registered and the process hooks connected."""
     app = create_celery_app(
-        redis_settings=redis_settings, queue=worker_settings.queue, name="ragbot-embedder"
+        redis_settings=redis_settings,
+        queue=worker_settings.queue,
+        name="ragbot-embedder",
+        visibility_timeout_s=worker_settings.visibility_timeout_s,
     )
+    # A message a killed worker never acknowledged is restored once its visibility timeout passed;
+    # sweep for such messages every ``unacked_restore_interval_s`` (kombu's default is ~100 s).
+    app.conf.broker_transport_options = {
+        **app.conf.broker_transport_options,
+        "unacked_restore_interval": worker_settings.unacked_restore_interval_s,
+        "unacked_restore_throttle": 1,
+    }
     register_tasks(app, worker_settings=worker_settings, runtime=get_runtime)
     signals.worker_process_init.connect(_on_process_init, weak=False, dispatch_uid="ragbot-process-init")
     signals.worker_process_shutdown.connect(

@@ -33,6 +33,7 @@ from ragbot.settings import (
 )
 from ragbot_ingest.deps import Resources
 from ragbot_ingest.routes import router
+from ragbot_ingest.uploads import RedisUploadIds
 
 logger = logging.getLogger(__name__)
 SERVICE = "ingest"
@@ -61,7 +62,7 @@ async def build_resources(
     store_settings: StoreSettings,
     model_settings: ModelSettings,
 ) -> AsyncIterator[Resources]:
-    """The composition root: Redis job records, the Celery sender, the store for page state."""
+    """The composition root: Redis job records and upload ids, the Celery sender, the store for page state."""
     redis = Redis.from_url(
         redis_settings.url,
         socket_timeout=redis_settings.socket_timeout_s,
@@ -78,6 +79,7 @@ async def build_resources(
             jobs=JobStore(redis=redis, key_prefix=redis_settings.key_prefix),
             sender=sender,
             store=store,
+            uploads=RedisUploadIds(redis=redis, key_prefix=redis_settings.key_prefix),
         )
     finally:
         if store is not None:

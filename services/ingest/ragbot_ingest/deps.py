@@ -9,8 +9,9 @@ from fastapi import Depends, Request
 
 from ragbot.errors import DependencyUnavailable
 from ragbot.ports import SearchStore
+from ragbot.reindex import WikiLister
 from ragbot.settings import IngestSettings
-from ragbot_ingest.service import CommandSender, JobRepository
+from ragbot_ingest.service import CommandSender, JobRepository, UploadIds
 
 
 @dataclass(slots=True)
@@ -21,6 +22,8 @@ class Resources:
     jobs: JobRepository
     sender: CommandSender
     store: SearchStore | None = None
+    uploads: UploadIds | None = None
+    lister: WikiLister | None = None
 
 
 def get_resources(request: Request) -> Resources:
@@ -56,7 +59,28 @@ def get_store(resources: ResourcesDep) -> SearchStore:
     return resources.store
 
 
+def get_upload_ids(resources: ResourcesDep) -> UploadIds:
+    """The upload key -> page id registry (503 when ingest has none)."""
+    if resources.uploads is None:
+        raise DependencyUnavailable("ingest has no upload id registry configured", dependency="redis")
+    return resources.uploads
+
+
+def get_lister(resources: ResourcesDep) -> WikiLister:
+    """The wiki listing reader (allow-listed hosts, caps and timeouts from the settings)."""
+    if resources.lister is not None:
+        return resources.lister
+    settings = resources.settings
+    return WikiLister(
+        allowed_hosts=settings.allowed_callback_hosts,
+        timeout_s=settings.fetch_timeout_s,
+        max_pages=settings.max_reindex_pages,
+    )
+
+
 SettingsDep = Annotated[IngestSettings, Depends(get_settings)]
 JobsDep = Annotated[JobRepository, Depends(get_jobs)]
 SenderDep = Annotated[CommandSender, Depends(get_sender)]
 StoreDep = Annotated[SearchStore, Depends(get_store)]
+UploadIdsDep = Annotated[UploadIds, Depends(get_upload_ids)]
+ListerDep = Annotated[WikiLister, Depends(get_lister)]

@@ -1,17 +1,22 @@
-"""HTTP routes of ingest: wiki pings, page pushes and deletes, page state, jobs and retries."""
+"""HTTP routes of ingest: wiki pings, page pushes and deletes, uploads, bulk reindex, page state, jobs
+and retries."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
-from pydantic import BaseModel
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 
+from ragbot.errors import ValidationFailed
 from ragbot.jobs import JobNotRetryable
-from ragbot.schemas.jobs import JobRecord, JobState
+from ragbot.reindex import ReindexRequest
+from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
-from ragbot_ingest.deps import JobsDep, SenderDep, SettingsDep, StoreDep
+from ragbot_ingest.deps import JobsDep, ListerDep, SenderDep, SettingsDep, StoreDep, UploadIdsDep
+from ragbot_ingest.multipart import PartTooLarge, read_multipart
 
 router = APIRouter(prefix="/v1")
 
@@ -75,6 +80,241 @@ async def delete_page(
     return _accepted(request, response, record)
 
 
+class UploadedDocument(BaseModel):
+    """One uploaded file and the job indexing it."""
+
+    filename: str
+    key: str
+    page_id: int
+    revision_id: int
+    title: str
+    file_type: str | None = None
+    job_id: str
+    status: JobState
+    status_url: str
+
+
+class UploadsAccepted(BaseModel):
+    """Every file of the upload was parsed and queued."""
+
+    documents: list[UploadedDocument]
+
+
+_JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines", "text/plain")
+_MULTIPART_OVERHEAD = 64 * 1024
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "pdf, docx, pptx, html, md or txt (detected by content)",
+                        },
+                        "key": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "one per file, in order: the key (and url) it is indexed under; "
+                            "default its file name. The same key again replaces that document.",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+_REINDEX_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-ndjson": {
+                "schema": {"type": "string", "description": "one content-API page (JSON) per line"}
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            },
+            "application/json": {"schema": ReindexRequest.model_json_schema()},
+        },
+    }
+}
+
+
+def _too_large(what: str) -> HTTPException:
+    return HTTPException(413, what)
+
+
+def _check_declared_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(f"the body is {declared} bytes, over the {limit}-byte limit")
+
+
+@router.post(
+    "/documents",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=UploadsAccepted,
+    tags=["documents"],
+    openapi_extra=_UPLOAD_BODY,
+    responses={413: {"description": "a file is over the size cap"}, 415: {"description": "not multipart"}},
+)
+async def upload_documents(
+    request: Request,
+    response: Response,
+    jobs: JobsDep,
+    sender: SenderDep,
+    settings: SettingsDep,
+    ids: UploadIdsDep,
+) -> UploadsAccepted | JSONResponse:
+    """Index uploaded files (multipart ``file`` parts): each becomes a page, one job per file."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send multipart/form-data with one or more 'file' parts"
+        )
+    cap = settings.max_upload_bytes
+    _check_declared_length(request, cap * settings.max_upload_files + _MULTIPART_OVERHEAD)
+    try:
+        form = await read_multipart(
+            request.stream(),
+            content_type=content_type,
+            max_file_bytes=cap,
+            max_files=settings.max_upload_files,
+        )
+    except PartTooLarge as exc:
+        raise _too_large(exc.what) from None
+    try:
+        keys = form.fields.get("key", [])
+        if keys and len(keys) != len(form.files):
+            raise ValidationFailed(
+                f"{len(keys)} keys for {len(form.files)} files: send one per file", field="key"
+            )
+        uploads = [
+            service.Upload(filename=f.filename, data=f.read(), key=keys[i] if keys else None)
+            for i, f in enumerate(form.files)
+        ]
+    finally:
+        form.close()
+    try:
+        accepted = await service.accept_uploads(
+            uploads=uploads, max_bytes=cap, ids=ids, jobs=jobs, sender=sender
+        )
+    except service.UploadsRefused as exc:
+        detail = [
+            {"loc": ["body", "file", i], "msg": reason, "type": "value_error"} for i, reason in exc.reasons
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
+    documents = []
+    for item in accepted:
+        url = str(request.url_for("get_job", job_id=item.record.job_id))
+        documents.append(
+            UploadedDocument(
+                filename=item.filename,
+                key=item.key,
+                page_id=item.page.page_id,
+                revision_id=item.page.revision_id,
+                title=item.page.title,
+                file_type=item.page.extra.get("file_type"),
+                job_id=item.record.job_id,
+                status=item.record.state,
+                status_url=url,
+            )
+        )
+    if len(documents) == 1:
+        response.headers["Location"] = documents[0].status_url
+    return UploadsAccepted(documents=documents)
+
+
+@router.post(
+    "/reindex",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Accepted,
+    tags=["pages"],
+    openapi_extra=_REINDEX_BODY,
+    responses={413: {"description": "the body, a line or the page count is over its cap"}},
+)
+async def reindex(
+    request: Request,
+    response: Response,
+    jobs: JobsDep,
+    sender: SenderDep,
+    settings: SettingsDep,
+    lister: ListerDep,
+    force: Annotated[bool, Query(description="re-embed pages whose revision is already indexed")] = False,
+) -> Accepted:
+    """Bulk reindex: a JSONL body (or file part) of content-API pages, or ``{"source": "wiki", ...}``."""
+    content_type = request.headers.get("content-type", "").lower()
+    if content_type.split(";")[0].strip() == "application/json":
+        body = await _json_body(request)
+        record = await service.accept_reindex_wiki(
+            request=body, lister=lister, batch_pages=settings.reindex_batch_pages, jobs=jobs, sender=sender
+        )
+        return _accepted(request, response, record)
+    _check_declared_length(request, settings.max_reindex_bytes + _MULTIPART_OVERHEAD)
+    limits: dict[str, Any] = {
+        "max_bytes": settings.max_reindex_bytes,
+        "max_line_bytes": settings.max_page_bytes,
+        "max_pages": settings.max_reindex_pages,
+    }
+    try:
+        if content_type.startswith("multipart/form-data"):
+            pages = await _jsonl_from_multipart(request, content_type=content_type, limits=limits)
+        elif content_type.startswith(_JSONL_TYPES) or not content_type:
+            pages = await service.read_jsonl_pages(request.stream(), **limits)
+        else:
+            raise HTTPException(
+                status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                "send application/x-ndjson (one page per line), a multipart 'file', or application/json",
+            )
+    except (service.BodyTooLarge, PartTooLarge) as exc:
+        raise _too_large(str(exc)) from None
+    try:
+        record = await service.accept_reindex_pages(
+            pages=pages, batch_pages=settings.reindex_batch_pages, force=force, jobs=jobs, sender=sender
+        )
+    finally:
+        pages.close()
+    return _accepted(request, response, record)
+
+
+async def _json_body(request: Request) -> ReindexRequest:
+    raw = await request.body()
+    try:
+        return ReindexRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = str(first["loc"][0]) if first["loc"] else "body"
+        raise ValidationFailed(f"{where}: {first['msg']}", field=where) from None
+
+
+async def _jsonl_from_multipart(
+    request: Request, *, content_type: str, limits: dict[str, Any]
+) -> service.SpooledPages:
+    form = await read_multipart(
+        request.stream(), content_type=content_type, max_file_bytes=limits["max_bytes"], max_files=1
+    )
+    try:
+        if not form.files:
+            raise ValidationFailed("send the JSONL file in a 'file' part", field="file")
+        part = form.files[0]
+        part.file.seek(0)
+
+        async def chunks() -> Any:
+            while block := part.file.read(1024 * 1024):
+                yield block
+
+        return await service.read_jsonl_pages(chunks(), **limits)
+    finally:
+        form.close()
+
+
 @router.get("/pages/{page_id}", response_model=PageState, tags=["pages"])
 async def get_page(page_id: PageId, store: StoreDep) -> PageState:
     """The indexed revision, paragraphs per model and last update of a page."""
@@ -90,6 +330,11 @@ async def get_job(job_id: str, jobs: JobsDep) -> JobRecord:
     record = await jobs.get(job_id=job_id)
     if record is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
+    if record.kind is JobKind.reindex and not record.progress:  # no batch has reported yet
+        total, count = int(record.payload.get("total", 0)), int(record.payload.get("batches", 0))
+        record = record.model_copy(
+            update={"progress": {"total": total, "done": 0, "failed": 0, "batches": count}}
+        )
     return record
 
 

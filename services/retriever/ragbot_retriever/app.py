@@ -53,8 +53,15 @@ async def build_resources(
 ) -> AsyncIterator[Resources]:
     """The composition root: definition, embedders (warmed in a thread), store sized by the models."""
     from ragbot.embedders import build_embedders, cached_queries
+    from ragbot.rerankers import build_reranker
     from ragbot.stores import build_store
 
+    if reranker is None:  # RAGBOT_RETRIEVER_RERANKER_PATH set: rerank by default (default_rerank)
+        reranker = build_reranker(
+            retriever_settings.reranker_path,
+            device=model_settings.device,
+            max_length=retriever_settings.reranker_max_length,
+        )
     definition = load_definition(model_settings.document_definition)
     embedders = cached_queries(
         build_embedders(settings=model_settings, definition=definition),
@@ -82,6 +89,9 @@ async def build_resources(
         await store.close()
         for embedder in embedders.values():
             embedder.close()
+        close_reranker = getattr(reranker, "close", None)
+        if close_reranker is not None:
+            close_reranker()
 
 
 def default_resources() -> AbstractAsyncContextManager[Resources]:

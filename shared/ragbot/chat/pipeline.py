@@ -25,7 +25,7 @@ from ragbot.chat.citations import confidences, split_cited, to_source
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Mode, Source
-from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
+from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.llms.base import LLM, LLMError, complete, with_timeouts
 from ragbot.ports import ChatMessage
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
@@ -124,7 +124,9 @@ ChatEvent = SourcesEvent | TokenEvent | DoneEvent | ErrorEvent
 
 
 @dataclass(slots=True)
-class _Selection:
+class Selection:
+    """The numbered sources of a turn, their prompt blocks, and every retrieved paragraph (debug)."""
+
     sources: list[Source]
     documents: list[PromptDocument]
     before_filter: list[dict[str, Any]]
@@ -210,7 +212,7 @@ class ChatPipeline:
             timings["retrieval_ms"] = _ms(time.perf_counter() - t0)
             debug["retrieval"] = {"query": query, "debug": response.debug, "timings_ms": response.timings_ms}
 
-        selection = self._select(request, response)
+        selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
         yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
 
@@ -334,7 +336,14 @@ class ChatPipeline:
         if request.complete_pages and documents:
             documents = await self._complete_pages(query, documents, debug)
         if request.page_id is not None:
-            current = await self._page_documents(query, request.page_id, debug)
+            try:
+                current = await self._page_documents(query, request.page_id, debug)
+            except (DependencyUnavailable, ValidationFailed) as exc:  # the answer can do without it
+                logger.warning(
+                    "current page not added", extra={"page_id": request.page_id, "error": str(exc)}
+                )
+                debug["current_page_error"] = str(exc)
+                current = []
             seen = {d.get("_id") for d in documents}
             documents.extend(d for d in current if d.get("_id") not in seen)
         return RetrieveResponse(documents=documents, debug=debug, timings_ms=response.timings_ms)
@@ -369,14 +378,14 @@ class ChatPipeline:
             out.extend(await self._page_documents(query, page_id, debug))
         return out
 
-    def _select(self, request: ChatRequest, response: RetrieveResponse | None) -> _Selection:
+    def select_sources(self, request: ChatRequest, response: RetrieveResponse | None) -> Selection:
         """Number the documents that pass the threshold and fit the context budget."""
         if response is None:
-            return _Selection([], [], [])
+            return Selection([], [], [])
         banned = set(request.banned_fields)
         conf = confidences(response.debug)
         threshold = self.settings.relevance_threshold
-        budget = self.settings.context_max_chars
+        budget = self.settings.context_budget_chars
         text_field = self.settings.document_text_field
         sources: list[Source] = []
         documents: list[PromptDocument] = []
@@ -401,7 +410,7 @@ class ChatPipeline:
             title = "" if "title" in banned else source.title
             sources.append(source)
             documents.append(PromptDocument(number=source.index, title=title, text=text))
-        return _Selection(sources, documents, before)
+        return Selection(sources, documents, before)
 
     # -- prompts ----------------------------------------------------------------------------------
 
@@ -436,8 +445,3 @@ def clean_rewrite(text: str, *, limit: int) -> str | None:
         if candidate:
             return candidate if len(candidate) <= limit else None
     return None
-
-
-def dependency_of(exc: RagbotError) -> str | None:
-    """The failing dependency's name, when the error has one."""
-    return exc.dependency if isinstance(exc, DependencyUnavailable) else None

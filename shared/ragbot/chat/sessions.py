@@ -13,11 +13,10 @@ sessions so that feedback and Kol-Zchut ratings can arrive later. Redis errors b
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, ValidationError
@@ -47,6 +46,7 @@ class MessageRecord(BaseModel):
     session_id: str | None = None
     channel: str = "api"
     asked_from: str | None = None
+    forwarded_for: str | None = None
     question: str
     rewritten_question: str | None = None
     answer: str
@@ -216,8 +216,3 @@ class ChatStore:
                         continue
 
         return await _guard("store feedback", update)
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON that keeps Hebrew readable."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

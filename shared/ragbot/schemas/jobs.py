@@ -27,6 +27,7 @@ class JobKind(StrEnum):
     delete_page = "delete_page"
     reindex = "reindex"
     upload = "upload"
+    index_pages = "index_pages"
 
 
 class JobRecord(BaseModel):

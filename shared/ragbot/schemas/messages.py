@@ -11,6 +11,7 @@ from ragbot.schemas.pages import Page
 
 INDEX_PAGE_TASK = "embedder.index_page"
 DELETE_PAGE_TASK = "embedder.delete_page"
+INDEX_PAGES_TASK = "embedder.index_pages"
 
 
 class IndexPage(BaseModel):
@@ -25,6 +26,31 @@ class IndexPage(BaseModel):
     page: Page | None = None
     request_id: str | None = None
     force: bool = Field(default=False, description="re-embed even when this revision is indexed")
+
+
+class PageRef(BaseModel):
+    """A page to fetch from the wiki's content API (``callback_url + page_id``) in a batch."""
+
+    page_id: int = Field(ge=1)
+    revision_id: int = Field(default=0, ge=0, description="0: unknown, always fetched")
+    callback_url: str
+
+
+class IndexPages(BaseModel):
+    """Index a batch of pages together (bulk reindex, folders): embedded in shared batches.
+
+    Pages come inline (``pages``) or as references the worker fetches (``refs``). ``parent_job_id``
+    names the reindex job whose progress this batch adds to.
+    """
+
+    v: Literal[1] = 1
+    job_id: str
+    parent_job_id: str | None = None
+    batch: int = Field(default=0, ge=0)
+    pages: list[Page] = Field(default_factory=list)
+    refs: list[PageRef] = Field(default_factory=list)
+    request_id: str | None = None
+    force: bool = Field(default=False, description="re-embed even when a revision is indexed")
 
 
 class DeletePage(BaseModel):

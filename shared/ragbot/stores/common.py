@@ -56,6 +56,48 @@ def prepare_source(paragraph: StoredParagraph, *, now: datetime | None = None) -
     return plain
 
 
+def _type_ok(ftype: str, value: Any) -> bool:
+    if isinstance(value, dict):
+        return False
+    if ftype == "text":
+        return isinstance(value, str)
+    if ftype == "keyword":
+        return isinstance(value, str | int | float | bool)
+    if ftype == "boolean":
+        return isinstance(value, bool) or value in ("true", "false")
+    if ftype in INTEGER_TYPES:
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return True
+        return isinstance(value, str) and value.strip().lstrip("-").isdigit()
+    if ftype == "float":
+        if isinstance(value, bool):
+            return False
+        try:
+            return math.isfinite(float(value))
+        except (TypeError, ValueError):
+            return False
+    if ftype == "date":
+        return isinstance(value, str) and parse_last_update(value) is not None and not value.isdigit()
+    return True
+
+
+def check_field_types(source: Mapping[str, Any], *, definition: DocumentDefinition) -> None:
+    """Refuse values a field's type cannot hold, on every store (Elasticsearch's mapping would)."""
+    types = definition.all_fields
+    for name, value in source.items():
+        ftype = types.get(name)
+        if ftype is None or value is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None and not _type_ok(ftype, item):
+                raise ValidationFailed(
+                    f"paragraph {source.get('doc_id')}: field {name!r} ({ftype}) cannot hold {item!r}",
+                    field=f"paragraphs.{name}",
+                )
+
+
 def dumps_source(source: Mapping[str, Any]) -> str:
     """JSON text of a prepared source."""
     return json.dumps(source, ensure_ascii=False, separators=(",", ":"))

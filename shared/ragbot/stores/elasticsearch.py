@@ -10,8 +10,8 @@
   ``ragbot.text.analyze`` tokens under the ``whitespace`` analyzer, so BM25 sees the same tokens as
   the embedded store.
 * kNN scores: Elasticsearch reports ``(1 + cos) / 2`` for cosine; we return ``cos + 1`` (0..2).
-* BM25: ``combined_fields`` (BM25F, like FTS5's weighted-column bm25) over the ``__bm25`` copies,
-  with ``dfs_query_then_fetch`` so that term statistics are global across the bucket indices.
+* BM25: ``combined_fields`` (BM25F, the formula the embedded store computes) over the ``__bm25``
+  copies, with ``dfs_query_then_fetch`` so that term statistics are global across bucket indices.
 * Page replace: bulk-index the new revision (ids ``page-revision-paragraph``), bulk-delete the page's
   other documents, then refresh the touched indices, so the page is searchable when the call
   returns. One explicit refresh instead of ``refresh=wait_for`` on each bulk: ``wait_for`` waits for
@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -46,6 +47,7 @@ from ragbot.stores.common import (
     Filter,
     analyzed_text,
     bm25_fields,
+    check_field_types,
     check_k,
     check_vector,
     parse_last_update,
@@ -58,6 +60,7 @@ from ragbot.stores.common import (
 )
 from ragbot.stores.mapping import index_name, index_pattern, index_template, template_name
 
+logger = logging.getLogger(__name__)
 _SOURCE_EXCLUDES = ["*_vectors", f"*{BM25_SUFFIX}"]
 _PAGE_SIZE = 1000
 _DEPENDENCY = "elasticsearch"
@@ -205,6 +208,7 @@ class ElasticsearchStore:
 
     def _document(self, paragraph: StoredParagraph) -> dict[str, Any]:
         source = prepare_source(paragraph)
+        check_field_types(source, definition=self._definition)
         for name in self._text_fields:
             if source.get(name) is not None:
                 source[f"{name}{BM25_SUFFIX}"] = analyzed_text(source[name])
@@ -228,7 +232,11 @@ class ElasticsearchStore:
         await self._ensure_template()
         async with self._errors(f"replacing page {page_id}"):
             existing = await self._ids_of_page(page_id)
-            await self._bulk(actions, f"indexing page {page_id}")
+            try:
+                await self._bulk(actions, f"indexing page {page_id}")
+            except BaseException:
+                await self._undo_partial_write(index, new_ids - {_id for _, _id in existing})
+                raise
             stale = [
                 {"_op_type": "delete", "_index": idx, "_id": _id}
                 for idx, _id in existing
@@ -236,6 +244,14 @@ class ElasticsearchStore:
             ]
             await self._bulk(stale, f"deleting old revisions of page {page_id}")
             await self._refresh({index, *(idx for idx, _ in existing)})
+
+    async def _undo_partial_write(self, index: str, ids: set[str]) -> None:
+        """After a failed bulk, drop the new revision's documents so the page stays as it was."""
+        try:
+            await self._bulk([{"_op_type": "delete", "_index": index, "_id": i} for i in sorted(ids)], "undo")
+            await self._refresh({index})
+        except (RagbotError, ApiError, TransportError) as exc:  # the original failure matters more
+            logger.warning("could not undo a partial write to %s: %s", index, exc)
 
     async def _refresh(self, indices: set[str]) -> None:
         """Make the writes searchable now (see the module docstring for why not wait_for)."""

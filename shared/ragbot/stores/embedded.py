@@ -8,10 +8,10 @@
   vector field (exact cosine top-k with numpy) and a BM25 inverted index (``stores.lexical``).
   They load lazily on the first search of their kind. Every write bumps a generation counter in the
   same transaction; a search that finds a newer generation first catches up: rows with ids above
-  the last one it holds are appended, rows that vanished are marked dead (ids come from
-  AUTOINCREMENT, so they only grow). This is how writes of another process (the embedder worker)
-  reach a reader (the retriever) without a reload; a full reload happens only when dead rows or
-  patches pile up.
+  the last one it holds are appended (ids come from AUTOINCREMENT, so they only grow) and the ids
+  the writes removed, logged in ``removed_log`` by generation, are marked dead. This is how the
+  writes of another process (the embedder worker) reach a reader (the retriever) without a reload;
+  a full reload happens only when dead rows or patches pile up, or a reader fell too far behind.
 * A page replace is one transaction (delete the page's rows, insert the revision's), so a reader, or
   a crash (kill -9), sees the old or the new revision, never a mix or a gap.
 * Blocking SQLite work runs in threads (``asyncio.to_thread``), one connection per thread.
@@ -50,6 +50,7 @@ from ragbot.stores.common import (
     Filter,
     analyzed_text,
     bm25_fields,
+    check_field_types,
     check_k,
     check_vector,
     dumps_source,
@@ -61,7 +62,7 @@ from ragbot.stores.common import (
     validate_filters,
     validate_paragraphs,
 )
-from ragbot.stores.lexical import LexicalIndex, LexicalRow, positions_of
+from ragbot.stores.lexical import LexicalIndex, LexicalRow, positions_of, top_positions
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ _IntArray = npt.NDArray[np.int64]
 # Filters on these go to the paragraphs table's own columns; the rest to filter_values.
 _COLUMNS = {"doc_id": "doc_id", "page_id": "page_id", "revision_id": "revision_id", "paragraph": "paragraph"}
 _CHUNK = 500  # bound parameters per IN (...)
+# Ids removed by each write are logged for this many generations, so that readers catch up without
+# scanning every id; a reader further behind reloads its indices.
+REMOVED_LOG_KEEP = 10_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -98,7 +102,9 @@ CREATE TABLE IF NOT EXISTS vectors (
 CREATE INDEX IF NOT EXISTS vectors_by_id ON vectors (id);
 CREATE TABLE IF NOT EXISTS filter_values (field TEXT NOT NULL, value NOT NULL, id INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS filter_values_by_value ON filter_values (field, value, id);
-CREATE INDEX IF NOT EXISTS filter_values_by_id ON filter_values (id)
+CREATE INDEX IF NOT EXISTS filter_values_by_id ON filter_values (id);
+CREATE TABLE IF NOT EXISTS removed_log (generation INTEGER NOT NULL, id INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS removed_log_by_generation ON removed_log (generation)
 """
 
 
@@ -135,7 +141,8 @@ class _Matrix:
         if n == 0:
             return
         if self.size + n > len(self.ids):
-            cap = max(1024, 2 * (self.size + n))
+            # 25% headroom: the matrices are the store's biggest memory cost; growing copies them.
+            cap = max(1024, (self.size + n) * 5 // 4)
             new_ids = np.empty(cap, dtype=np.int64)
             new_vecs = np.empty((cap, self.dim), dtype=np.float32)
             new_alive = np.zeros(cap, dtype=np.bool_)
@@ -193,13 +200,10 @@ def _top_k(
             mask &= alive
         if mask is not None:
             scores = np.where(mask, scores, -np.inf).astype(np.float32)
-    n = int(np.count_nonzero(np.isfinite(scores)))
-    k = min(k, n)
-    if k <= 0:
-        return []
-    top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-    top = top[np.lexsort((cand[top], -scores[top]))]
-    return [(int(cand[i]), float(scores[i])) for i in top if np.isfinite(scores[i])]
+    finite = np.flatnonzero(np.isfinite(scores))
+    if len(finite) < len(scores):
+        scores, cand = scores[finite], cand[finite]
+    return [(int(cand[i]), float(scores[i])) for i in top_positions(scores, cand, k)]
 
 
 @dataclass
@@ -302,13 +306,17 @@ class EmbeddedStore:
         return await asyncio.to_thread(call)
 
     @contextmanager
-    def _write(self, conn: sqlite3.Connection) -> Iterator[None]:
-        """One write transaction that also bumps the generation readers watch."""
+    def _write(self, conn: sqlite3.Connection) -> Iterator[int]:
+        """One write transaction; yields the generation it commits, which readers watch."""
         with self._write_lock:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield
-                conn.execute("UPDATE generation SET value = value + 1 WHERE id = 1")
+                generation = self._generation(conn) + 1
+                yield generation
+                conn.execute("UPDATE generation SET value = ? WHERE id = 1", (generation,))
+                conn.execute(
+                    "DELETE FROM removed_log WHERE generation <= ?", (generation - REMOVED_LOG_KEEP,)
+                )
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -447,35 +455,42 @@ class EmbeddedStore:
             with self._snapshot(conn):
                 generation = self._generation(conn)
                 max_id = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM paragraphs").fetchone()[0])
-                load_m = (matrices or d.matrices is not None) and (d.matrices is None or d.generation is None)
+                # The removed-rows log only reaches REMOVED_LOG_KEEP generations back.
+                stale = d.generation is None or generation - d.generation >= REMOVED_LOG_KEEP
+                load_m = (matrices or d.matrices is not None) and (d.matrices is None or stale)
                 load_l = (bm25 or d.lexical is not None) and (
-                    d.lexical is None or d.generation is None or d.lexical.needs_rebuild
+                    d.lexical is None or stale or d.lexical.needs_rebuild
                 )
                 new_m = self._load_matrices(conn) if load_m else None
                 new_l = self._load_lexical(conn) if load_l else None
                 catch_up = d.generation is not None and d.generation != generation
-                live = removed = None
+                removed = np.empty(0, dtype=np.int64)
                 added_vectors: dict[str, tuple[_IntArray, npt.NDArray[np.float32]]] = {}
                 added_rows: list[LexicalRow] = []
                 if catch_up:
-                    live = np.fromiter(
-                        (r[0] for r in conn.execute("SELECT id FROM paragraphs")), dtype=np.int64
+                    removed = np.fromiter(
+                        (
+                            r[0]
+                            for r in conn.execute(
+                                "SELECT id FROM removed_log WHERE generation > ?", (d.generation,)
+                            )
+                        ),
+                        dtype=np.int64,
                     )
-                    live.sort()
+                    removed.sort()
                     if d.matrices is not None and not load_m:
                         added_vectors = self._vectors_after(conn, d.max_id)
                     if d.lexical is not None and not load_l:
                         added_rows = self._lexical_after(conn, d.max_id)
             with self._state_lock:
-                if catch_up and live is not None:
+                if catch_up:
                     if d.matrices is not None and not load_m:
                         for name, matrix in d.matrices.items():
-                            removed = np.setdiff1d(matrix.live_ids(), live, assume_unique=True)
                             matrix.remove(removed)
                             if name in added_vectors:
                                 matrix.append(*added_vectors[name])
                     if d.lexical is not None and not load_l:
-                        d.lexical.remove(np.setdiff1d(d.lexical.live_ids(), live, assume_unique=True))
+                        d.lexical.remove(removed)
                         d.lexical.add(added_rows)
                 self._derived = _Derived(
                     generation=generation,
@@ -537,7 +552,8 @@ class EmbeddedStore:
         ]
 
     def _load_lexical(self, conn: sqlite3.Connection) -> LexicalIndex:
-        return LexicalIndex.build(self._lexical_after(conn, 0), len(self._text_fields))
+        rows = conn.execute("SELECT id, terms, tfs, lengths FROM paragraphs ORDER BY id").fetchall()
+        return LexicalIndex.from_blobs(rows, len(self._text_fields))
 
     # ---- SearchStore ----------------------------------------------------------------------------
 
@@ -565,13 +581,15 @@ class EmbeddedStore:
             page_id=page_id, revision_id=revision_id, paragraphs=paragraphs, dimensions=self._dimensions
         )
         prepared = [(p, prepare_source(p)) for p in paragraphs]
+        for _, source in prepared:
+            check_field_types(source, definition=self._definition)
         await self._run(lambda: self._replace_sync(page_id, prepared))
 
     def _replace_sync(self, page_id: int, prepared: Sequence[tuple[StoredParagraph, dict[str, Any]]]) -> None:
         conn = self._conn()
         analyzed = [self._analyze(source) for _, source in prepared]
-        with self._write(conn):
-            self._delete_rows(conn, page_id)
+        with self._write(conn) as generation:
+            self._delete_rows(conn, page_id, generation)
             ids = self._term_ids(conn, {t for a in analyzed for t in a.counts})
             for (p, source), a in zip(prepared, analyzed, strict=True):
                 cur = conn.execute(
@@ -595,8 +613,11 @@ class EmbeddedStore:
                 self._insert_filters(conn, row_id, a)
 
     @staticmethod
-    def _delete_rows(conn: sqlite3.Connection, page_id: int) -> int:
+    def _delete_rows(conn: sqlite3.Connection, page_id: int, generation: int) -> int:
         sub = "SELECT id FROM paragraphs WHERE page_id = ?"
+        conn.execute(
+            f"INSERT INTO removed_log (generation, id) SELECT ?, id FROM ({sub})", (generation, page_id)
+        )
         conn.execute(f"DELETE FROM vectors WHERE id IN ({sub})", (page_id,))
         conn.execute(f"DELETE FROM filter_values WHERE id IN ({sub})", (page_id,))
         return conn.execute("DELETE FROM paragraphs WHERE page_id = ?", (page_id,)).rowcount
@@ -606,8 +627,8 @@ class EmbeddedStore:
 
         def delete() -> int:
             conn = self._conn()
-            with self._write(conn):
-                return self._delete_rows(conn, page_id)
+            with self._write(conn) as generation:
+                return self._delete_rows(conn, page_id, generation)
 
         return await self._run(delete)
 

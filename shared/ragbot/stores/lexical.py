@@ -9,9 +9,10 @@ operations per query term instead of a per-row callback.
 Scoring is Lucene's BM25 as Elasticsearch's ``combined_fields`` applies it (BM25F): for field
 weights w, ``tf = sum(w_f * tf_f)``, ``dl = sum(w_f * len_f)``, ``avgdl = sum(w_f * avglen_f)``,
 ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))`` with n the live paragraphs having the term in a
-weighted field, and ``score = sum(idf * tf / (tf + k1 * (1 - b + b * dl / avgdl)))``, k1 1.2, b 0.75.
-Elasticsearch stores lengths lossily and keeps per-shard/deleted-document statistics, so scores
-agree closely, not to the last digit.
+weighted field, and ``score = sum(idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)))``,
+k1 1.2, b 0.75 (Elasticsearch 8 reports the same (k1 + 1) scale). Elasticsearch stores lengths
+lossily and counts deleted documents until segments merge, so scores agree closely, not to the
+last digit.
 """
 
 from __future__ import annotations
@@ -145,10 +146,33 @@ class LexicalIndex:
             terms = np.concatenate([r.terms for r in rows]).astype(np.int64)
             docs = np.repeat(np.arange(len(rows), dtype=np.int32), [len(r.terms) for r in rows])
             tfs = np.concatenate([r.tfs for r in rows]).reshape(-1, fields)
-            order = np.argsort(terms, kind="stable")
+            order = np.argsort(terms)  # any order within a term will do
             counts = np.bincount(terms, minlength=int(terms.max(initial=0)) + 1)
             index.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             index.docs, index.tfs = docs[order], np.ascontiguousarray(tfs[order])
+        return index
+
+    @classmethod
+    def from_blobs(cls, rows: Sequence[tuple[int, bytes, bytes, bytes]], fields: int) -> LexicalIndex:
+        """A fresh index straight from (row id, terms, tfs, lengths) BLOB rows, ascending by id."""
+        index = cls(fields)
+        n = len(rows)
+        if n == 0:
+            return index
+        index.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+        index.alive = np.ones(n, dtype=np.bool_)
+        index.lengths = np.frombuffer(b"".join(r[3] for r in rows), dtype="<u4").reshape(n, fields)
+        index.lengths = index.lengths.astype(np.float32)
+        index.size = index.n_alive = n
+        index.length_sums = index.lengths.sum(axis=0, dtype=np.float64)
+        counts = np.fromiter((len(r[1]) // 4 for r in rows), dtype=np.int64, count=n)
+        terms = np.frombuffer(b"".join(r[1] for r in rows), dtype="<u4").astype(np.int64)
+        tfs = np.frombuffer(b"".join(r[2] for r in rows), dtype="<u2").reshape(-1, fields)
+        docs = np.repeat(np.arange(n, dtype=np.int32), counts)
+        order = np.argsort(terms)  # any order within a term will do
+        per_term = np.bincount(terms, minlength=int(terms.max(initial=0)) + 1)
+        index.offsets = np.concatenate([[0], np.cumsum(per_term)]).astype(np.int64)
+        index.docs, index.tfs = docs[order], np.ascontiguousarray(tfs[order])
         return index
 
     def _append_docs(self, rows: Sequence[LexicalRow]) -> int:
@@ -183,11 +207,18 @@ class LexicalIndex:
         tfs = np.concatenate([r.tfs for r in rows]).reshape(-1, self.fields)
         self.tail.append((terms, docs, tfs))
         if len(self.tail) > self._tail_chunks:
-            all_terms = np.concatenate([self.delta_terms, *(t[0] for t in self.tail)])
+            # Sort the small tail, then let timsort merge two sorted runs: linear in the delta.
+            t_terms = np.concatenate([t[0] for t in self.tail])
+            t_order = np.argsort(t_terms, kind="stable")
+            all_terms = np.concatenate([self.delta_terms, t_terms[t_order]])
+            all_docs = np.concatenate([self.delta_docs, np.concatenate([t[1] for t in self.tail])[t_order]])
+            all_tfs = np.concatenate([self.delta_tfs, np.concatenate([t[2] for t in self.tail])[t_order]])
             order = np.argsort(all_terms, kind="stable")
-            self.delta_terms = all_terms[order]
-            self.delta_docs = np.concatenate([self.delta_docs, *(t[1] for t in self.tail)])[order]
-            self.delta_tfs = np.concatenate([self.delta_tfs, *(t[2] for t in self.tail)])[order]
+            self.delta_terms, self.delta_docs, self.delta_tfs = (
+                all_terms[order],
+                all_docs[order],
+                all_tfs[order],
+            )
             self.tail = []
 
     def remove(self, ids: _IDs) -> None:
@@ -265,13 +296,22 @@ def search(
             continue
         idf = np.float32(np.log1p((n_docs - df + 0.5) / (df + 0.5)))
         norm = K1 * (1.0 - B + B * (view.lengths[docs] @ weights) / avgdl)
-        scores[docs] += idf * tf / (tf + norm)
+        scores[docs] += idf * tf * (K1 + 1.0) / (tf + norm)
     if allowed is not None:
         mask = np.zeros(len(scores), dtype=np.bool_)
         mask[positions_of(view.ids, allowed)] = True
         scores[~mask] = 0.0
     candidates = np.flatnonzero(scores > 0)
-    if len(candidates) > k:
-        candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
-    candidates = candidates[np.lexsort((view.ids[candidates], -scores[candidates]))]
-    return [(int(view.ids[i]), float(scores[i])) for i in candidates]
+    top = top_positions(scores[candidates], view.ids[candidates], k)
+    return [(int(view.ids[candidates[i]]), float(scores[candidates[i]])) for i in top]
+
+
+def top_positions(scores: npt.NDArray[np.float32], ids: _IDs, k: int) -> _IDs:
+    """Positions of the k best scores, ties broken by the lower id (also at the cut)."""
+    if len(scores) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = np.flatnonzero(scores >= kth)  # every tie of the k-th score, then order and cut
+    else:
+        keep = np.arange(len(scores))
+    ordered: _IDs = keep[np.lexsort((ids[keep], -scores[keep]))][:k].astype(np.int64, copy=False)
+    return ordered

@@ -9,14 +9,14 @@ through the same function, so a query word with a prefix finds a paragraph witho
 way round. This is a light, dictionary-free stand-in for a Hebrew stemmer.
 
 The depth (one letter) and the shortest stem (three letters) were chosen by BM25 on HeQ test
-(``bench/hebrew_analyzer.py``, title + text, 1072 queries): nDCG@10 0.915 without variants, 0.940
-with one letter / stem >= 3, 0.939 with stem >= 2, 0.935 and 0.934 when two or three stacked prefix
-letters come off (``ובבית`` -> ``בית``): deeper stripping adds more false matches than it finds.
+(``bench/hebrew_analyzer.py``: title + text, 1072 queries, the stores' BM25F): nDCG@10 0.914
+without variants, 0.939 with one letter and stems >= 3, 0.937 with stems >= 2, 0.935 and 0.934 when
+two or three stacked prefix letters come off (``ובבית`` -> ``בית``): deeper stripping adds more
+false matches than it finds.
 ``analyze(text, max_prefix=..., min_stem=...)`` keeps the other settings reachable for measurement.
 
-Elasticsearch indexes ``" ".join(analyze(text))`` with its ``whitespace`` analyzer and SQLite FTS5
-does the same with its ``ascii`` tokenizer (which splits on ASCII separators only), so both stores
-see exactly these tokens.
+Elasticsearch indexes ``" ".join(analyze(text))`` with its ``whitespace`` analyzer and the embedded
+store counts the same tokens into its own BM25 index, so both stores see exactly these tokens.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ def _prefix_variants(token: str, *, max_prefix: int, min_stem: int) -> list[str]
     return variants
 
 
-def analyze(text: str, *, max_prefix: int = MAX_PREFIX_LETTERS, min_stem: int = MIN_STEM_LETTERS) -> list[str]:
+def analyze(
+    text: str, *, max_prefix: int = MAX_PREFIX_LETTERS, min_stem: int = MIN_STEM_LETTERS
+) -> list[str]:
     """Tokens for BM25, Hebrew prefix variants right after their word; the same on every store."""
     tokens: list[str] = []
     for match in _TOKEN.finditer(_normalize(text)):

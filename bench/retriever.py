@@ -1,0 +1,332 @@
+"""Retriever benchmark: quality with the default configuration, and latency at 100k paragraphs.
+
+Quality (``scifact_ndcg10``, ``heq_ndcg10``): ``ragbot.evaluation`` with a request that sets nothing
+(the configured defaults of ``RetrieverSettings``), corpus indexed through the real indexing path into
+a temporary embedded store. SciFact uses the packaged all-MiniLM-L6-v2 on content (and the reranker
+when ``--reranker`` is given); HeQ uses the packaged multilingual-e5-small on content and no reranker
+(the SciFact reranker is English-only; HeQ's questions are Hebrew).
+
+Latency (``retrieve_p50/p95_ms_100k_{es,embedded}``): 100k paragraphs (5000 pages of 20) whose text
+is sentences of the SciFact corpus shuffled into new paragraphs, with two 384-d dense fields (title
+and content of all-MiniLM-L6-v2) filled with synthetic unit vectors; every query is a real SciFact
+question embedded by the real MiniLM at query time (no query cache), one at a time, hybrid (two
+dense fields + BM25), default fusion, no rerank, request defaults (50 candidates per branch, pages
+[3, 2, 1]). ``rerank20_added_p50_ms``: the p50 of the engine's rerank stage over the top 20 fused
+paragraphs with the ``--reranker`` model.
+
+Writes the flat figures to ``bench/results/retriever.json``.
+Run: ``uv run python bench/retriever.py --scifact DIR --heq DIR --reranker DIR [--es-url URL]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragbot.definition import DocumentDefinition, load_definition, parse_definition
+from ragbot.embedders import build_embedders
+from ragbot.evaluation import EvalConfig, VectorCache, evaluate, latency_summary, load_beir
+from ragbot.ports import Embedder, Reranker, SearchStore, StoredParagraph
+from ragbot.rerankers import build_reranker
+from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.schemas.retrieval import RetrieveRequest
+from ragbot.settings import ModelSettings, RetrieverSettings, StoreSettings
+from ragbot.stores import build_store, doc_id
+
+RESULTS = Path(__file__).parent / "results" / "retriever.json"
+MINILM = "all-MiniLM-L6-v2"
+E5 = "multilingual-e5-small"
+PER_PAGE = 20
+DIM = 384
+DEFAULT = EvalConfig("default", None, rerank=None)
+
+
+def with_models(base: DocumentDefinition, models: dict[str, list[str]]) -> DocumentDefinition:
+    """The configured definition with other (model -> fields) pairs."""
+    return parse_definition(
+        {
+            "identifier_field": base.identifier_field,
+            "saved_fields": dict(base.saved_fields),
+            "field_for_llm": base.field_for_llm,
+            "models": models,
+        }
+    )
+
+
+# -- quality --------------------------------------------------------------------------------------
+
+
+async def quality(
+    dataset_dir: Path,
+    *,
+    definition: DocumentDefinition,
+    settings: ModelSettings,
+    reranker: Reranker | None,
+    cache_dir: Path,
+) -> float:
+    """nDCG@10 of the default configuration on the dataset's test split."""
+    dataset = load_beir(dataset_dir)
+    embedders = {
+        n: VectorCache(e, folder=cache_dir)
+        for n, e in build_embedders(settings=settings, definition=definition).items()
+    }
+    for e in embedders.values():
+        e.warm_up()
+    dims = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+    with tempfile.TemporaryDirectory(prefix="ragbot-bench-") as tmp:
+        store = build_store(
+            settings=StoreSettings(backend="embedded", embedded_path=Path(tmp) / "q.sqlite3"),
+            definition=definition,
+            dimensions=dims,
+        )
+        await store.ensure_ready()
+        try:
+            report = await evaluate(
+                dataset,
+                store=store,
+                definition=definition,
+                embedders=dict(embedders),
+                defaults=RetrievalDefaults.from_settings(RetrieverSettings()),
+                reranker=reranker,
+                configs=[DEFAULT],
+                show_progress=True,
+            )
+        finally:
+            await store.close()
+            for e in embedders.values():
+                e.flush()
+    ndcg = report.results[0].metrics["ndcg@10"]
+    print(
+        f"{dataset.name}: default configuration nDCG@10 {ndcg:.4f} ({report.results[0].metrics})", flush=True
+    )
+    return ndcg
+
+
+# -- latency --------------------------------------------------------------------------------------
+
+
+def synthetic_corpus(scifact: Path, paragraphs: int, seed: int = 7) -> tuple[list[str], list[str]]:
+    """(titles, paragraphs): SciFact sentences shuffled into new 3-7 sentence paragraphs."""
+    rng = random.Random(seed)
+    sentences: list[str] = []
+    titles: list[str] = []
+    for line in (scifact / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        titles.append(str(row.get("title") or ""))
+        sentences += [s for s in re.split(r"(?<=[.!?])\s+", str(row.get("text") or "")) if len(s) > 20]
+    texts = [" ".join(rng.sample(sentences, rng.randint(3, 7))) for _ in range(paragraphs)]
+    return titles, texts
+
+
+def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    rows = rng.standard_normal((n, DIM)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
+
+
+async def fill(
+    store: SearchStore, definition: DocumentDefinition, titles: Sequence[str], texts: Sequence[str]
+) -> float:
+    """Write 20-paragraph pages with synthetic vectors through ``replace_page``; returns seconds."""
+    rng = np.random.default_rng(11)
+    fields = [v.name for v in definition.vector_fields]
+    pages = len(texts) // PER_PAGE
+    started = time.perf_counter()
+    gate = asyncio.Semaphore(4)
+
+    async def write(page: int) -> None:
+        title = titles[page % len(titles)]
+        vectors = {name: unit_rows(rng, PER_PAGE) for name in fields}
+        paragraphs = [
+            StoredParagraph(
+                doc_id=doc_id(page, 1, i),
+                page_id=page,
+                revision_id=1,
+                paragraph=i,
+                fields={"title": title, "content": texts[(page - 1) * PER_PAGE + i], "page_id": page},
+                vectors={name: vectors[name][i] for name in fields},
+            )
+            for i in range(PER_PAGE)
+        ]
+        async with gate:
+            await store.replace_page(page_id=page, revision_id=1, paragraphs=paragraphs)
+
+    for start in range(1, pages + 1, 200):
+        await asyncio.gather(*(write(p) for p in range(start, min(start + 200, pages + 1))))
+        print(f"  {min(start + 199, pages) * PER_PAGE} paragraphs written", end="\r", flush=True)
+    print()
+    return time.perf_counter() - started
+
+
+async def time_queries(
+    engine: RetrievalEngine, queries: Sequence[str], *, rerank: bool, warm: int = 10
+) -> tuple[list[float], list[float]]:
+    """(total ms, rerank-stage ms) per query, one query at a time, after ``warm`` untimed ones."""
+    totals: list[float] = []
+    stages: list[float] = []
+    for i, query in enumerate(queries):
+        t0 = time.perf_counter()
+        result = await engine.run(RetrieveRequest(query=query, rerank=rerank))
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        if i >= warm:
+            totals.append(elapsed)
+            stages.append(result.timings_ms["rerank"])
+    return totals, stages
+
+
+async def latency(
+    store_settings: StoreSettings,
+    *,
+    definition: DocumentDefinition,
+    embedder: Embedder,
+    reranker: Reranker | None,
+    corpus: tuple[list[str], list[str]],
+    queries: Sequence[str],
+) -> dict[str, Any]:
+    """p50/p95 of hybrid retrieval without rerank (and the rerank stage) on one store."""
+    dims = {v.name: DIM for v in definition.vector_fields}
+    store = build_store(settings=store_settings, definition=definition, dimensions=dims)
+    await store.ensure_ready()
+    out: dict[str, Any] = {}
+    try:
+        if await store.count() == 0:
+            out["load_s"] = round(await fill(store, definition, *corpus), 1)
+        out["paragraphs"] = await store.count()
+        engine = RetrievalEngine(
+            store=store,
+            embedders={MINILM: embedder},
+            definition=definition,
+            reranker=reranker,
+            defaults=RetrievalDefaults.from_settings(RetrieverSettings()),
+        )
+        totals, _ = await time_queries(engine, queries, rerank=False)
+        out["retrieve"] = latency_summary(totals)
+        if reranker is not None:
+            with_rerank, stages = await time_queries(engine, queries, rerank=True)
+            out["retrieve_rerank"] = latency_summary(with_rerank)
+            out["rerank_stage"] = latency_summary(stages)
+    finally:
+        if store_settings.backend == "elasticsearch":
+            drop = getattr(store, "drop_indices", None)
+            if drop is not None:
+                await drop()
+        await store.close()
+    return out
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scifact", type=Path, required=True, help="BEIR SciFact folder")
+    parser.add_argument("--heq", type=Path, help="BEIR HeQ folder (heq_ndcg10 skipped without it)")
+    parser.add_argument("--reranker", type=Path, help="cross-encoder folder (rerank figures need it)")
+    parser.add_argument("--definition", type=Path, default=Path("config/definition.json"))
+    parser.add_argument("--paragraphs", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200, help="timed queries per store")
+    parser.add_argument("--stores", nargs="+", default=["embedded", "elasticsearch"])
+    parser.add_argument("--es-url", default=os.environ.get("RAGBOT_TEST_ES_URL", "http://127.0.0.1:9250"))
+    parser.add_argument("--es-vector-search", choices=["exact", "approximate"], default="exact")
+    parser.add_argument("--embedded-path", type=Path, help="keep the 100k embedded store here (reused)")
+    parser.add_argument("--cache-dir", type=Path, default=Path("var/eval-cache"))
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    base = load_definition(args.definition)
+    settings = ModelSettings(query_cache_size=0)
+    reranker = build_reranker(args.reranker, device="cpu")
+    if reranker is not None:
+        reranker.warm_up()
+    figures: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+
+    if not args.skip_quality:
+        figures["scifact_ndcg10"] = round(
+            await quality(
+                args.scifact,
+                definition=with_models(base, {MINILM: ["content"]}),
+                settings=settings,
+                reranker=reranker,
+                cache_dir=args.cache_dir,
+            ),
+            4,
+        )
+        if args.heq:
+            figures["heq_ndcg10"] = round(
+                await quality(
+                    args.heq,
+                    definition=with_models(base, {E5: ["content"]}),
+                    settings=settings,
+                    reranker=None,
+                    cache_dir=args.cache_dir,
+                ),
+                4,
+            )
+
+    definition = with_models(base, {MINILM: ["title", "content"]})
+    embedder = build_embedders(settings=settings, definition=definition)[MINILM]
+    embedder.warm_up()
+    corpus = synthetic_corpus(args.scifact, args.paragraphs)
+    scifact_queries = [
+        json.loads(line)["text"] for line in (args.scifact / "queries.jsonl").read_text().splitlines()
+    ]
+    queries = list(dict.fromkeys(scifact_queries))[: args.queries + 10]
+    detail: dict[str, Any] = {}
+    for backend in args.stores:
+        if backend == "embedded":
+            tmp = None if args.embedded_path else tempfile.TemporaryDirectory(prefix="ragbot-bench-")
+            path = args.embedded_path or Path(tmp.name if tmp else ".") / "bench.sqlite3"
+            store_settings = StoreSettings(backend="embedded", embedded_path=path)
+            key = "embedded"
+        else:
+            tmp = None
+            store_settings = StoreSettings(
+                backend="elasticsearch",
+                es_url=args.es_url,
+                es_index_prefix=f"bench-{uuid.uuid4().hex[:8]}",
+                vector_search=args.es_vector_search,
+                es_timeout_s=60.0,
+            )
+            key = "es"
+        print(f"{backend}: {args.paragraphs} paragraphs, {len(queries) - 10} timed queries", flush=True)
+        result = await latency(
+            store_settings,
+            definition=definition,
+            embedder=embedder,
+            reranker=reranker,
+            corpus=corpus,
+            queries=queries,
+        )
+        if tmp is not None:
+            tmp.cleanup()
+        detail[backend] = result
+        print(f"{backend}: {json.dumps(result)}", flush=True)
+        figures[f"retrieve_p50_ms_100k_{key}"] = result["retrieve"]["p50"]
+        figures[f"retrieve_p95_ms_100k_{key}"] = result["retrieve"]["p95"]
+        if "rerank_stage" in result and (key == "embedded" or "rerank20_added_p50_ms" not in figures):
+            figures["rerank20_added_p50_ms"] = result["rerank_stage"]["p50"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    detail_path = args.out.with_name(args.out.stem + "_detail.json")
+    detail_path.write_text(
+        json.dumps({"paragraphs": args.paragraphs, **detail}, indent=2) + "\n", encoding="utf-8"
+    )
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

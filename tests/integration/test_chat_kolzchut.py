@@ -1,0 +1,210 @@
+"""The Kol-Zchut chatbot contract (what the MediaWiki extension KZChatbot calls), field names exactly,
+over real HTTP with real Redis and real retrieval; the LLM is a scripted fake."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from support.chat_fakes import ScriptedLLM
+from support.chat_stack import ChatServer, chat_server
+
+from ragbot.ports import ChatMessage
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+QUERY = "מי זכאי לפטור ממס הכנסה?"
+CONFIG_FIELDS = {
+    "version",
+    "model",
+    "num_of_pages",
+    "add_current_page_to_search",
+    "temperature",
+    "system_prompt",
+    "user_prompt",
+    "banned_fields",
+    "rephrase_prompt",
+}
+
+
+def script(messages: Sequence[ChatMessage]) -> str:
+    if "שאילתה עצמאית" in messages[-1].content:
+        return "פטור ממס לעיוורים"
+    return "לפי המקורות [1]."
+
+
+@pytest.fixture(scope="module")
+def server(redis_url: str) -> Iterator[ChatServer]:
+    with chat_server(llm=ScriptedLLM(script), redis_url=redis_url) as running:
+        yield running
+
+
+@pytest.fixture
+def http(server: ChatServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60, headers={"X-Forwarded-For": "203.0.113.7"}) as client:
+        yield client
+
+
+def search(http: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = http.post("/search", json={"query": QUERY, "asked_from": "testing interface", **body})
+    assert response.status_code == 200, response.text
+    payload: dict[str, Any] = response.json()
+    return payload
+
+
+def test_search_answers_exactly_gpt_result_docs_and_conversation_id(http: httpx.Client) -> None:
+    body = search(http, page_id=100035)
+    assert set(body) == {"gpt_result", "docs", "conversation_id"}
+    assert body["gpt_result"] == "לפי המקורות [1]."
+    assert body["docs"] and all(set(d) == {"title", "url"} for d in body["docs"])
+    assert len({d["url"] for d in body["docs"]}) == len(body["docs"])
+    assert isinstance(body["conversation_id"], str) and body["conversation_id"]
+
+
+def test_search_with_debug_data_adds_the_testing_page_fields(http: httpx.Client) -> None:
+    body = search(http, include_debug_data=True, rephrase=True)
+    assert set(body) == {
+        "gpt_result",
+        "docs",
+        "conversation_id",
+        "docs_before_filter",
+        "debug_data",
+        "original_question",
+        "rephrased_question",
+        "response_time",
+        "rephrase_time",
+    }
+    assert body["original_question"] == QUERY and body["rephrased_question"] == "פטור ממס לעיוורים"
+    assert body["rephrase_time"] >= 0 and body["response_time"] >= body["rephrase_time"]
+    assert body["docs_before_filter"] and body["debug_data"]["retrieval"]["query"] == "פטור ממס לעיוורים"
+    assert body["debug_data"]["config_version"] >= 0
+    plain = search(http, include_debug_data=True)
+    assert plain["rephrased_question"] is None and plain["rephrase_time"] is None
+
+
+def test_retrieval_knobs_from_the_testing_page(http: httpx.Client, server: ChatServer) -> None:
+    body = search(http, include_debug_data=True, retrieval_size=5, max_documents_from_same_page=1)
+    pages = [s["page_id"] for s in body["debug_data"]["sources"]]
+    assert len(pages) == len(set(pages))
+    whole = search(http, include_debug_data=True, send_complete_pages_to_llm=True)
+    sources = whole["debug_data"]["sources"]
+    first_page = sources[0]["page_id"]
+    paragraphs = [s["paragraph"] for s in sources if s["page_id"] == first_page]
+    assert paragraphs == sorted(paragraphs) and len(paragraphs) > 3
+
+
+def test_rating_records_likes_and_unknown_conversations_are_404(
+    http: httpx.Client, server: ChatServer
+) -> None:
+    conversation_id = search(http)["conversation_id"]
+    liked = http.post("/rating", json={"conversation_id": conversation_id, "like": True, "free_text": "תודה"})
+    assert liked.status_code == 200 and liked.json()["like"] is True
+    assert http.post("/rating", json={"conversation_id": conversation_id, "like": None}).status_code == 200
+    missing = http.post("/rating", json={"conversation_id": "no-such-id", "like": False, "free_text": ""})
+    assert missing.status_code == 404
+    client = redis.Redis.from_url(server.redis_url)
+    try:
+        stored = client.get(f"{server.prefix}:chat:message:{conversation_id}")
+    finally:
+        client.close()
+    assert (
+        stored is not None
+        and b'"channel":"kolzchut"' in stored
+        and b'"asked_from":"testing interface"' in stored
+    )
+
+
+def test_get_config_has_the_contract_fields(http: httpx.Client) -> None:
+    config = http.get("/get_config").json()
+    assert set(config) == CONFIG_FIELDS
+    assert config["model"] == "fake-model" and config["version"] >= 0
+    assert "{question}" in config["user_prompt"] and "{documents}" in config["user_prompt"]
+
+
+def test_set_config_versions_and_applies_without_a_restart(http: httpx.Client, server: ChatServer) -> None:
+    assert isinstance(server.llm, ScriptedLLM)
+    before = http.get("/get_config").json()
+    wanted = {
+        **before,
+        "temperature": 0.7,
+        "system_prompt": "מערכת חדשה לבדיקה",
+        "num_of_pages": 1,
+        "add_current_page_to_search": True,
+        "banned_fields": ["title"],
+    }
+    stored = http.post("/set_config", json=wanted)
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["version"] == before["version"] + 1
+    assert http.get("/get_config").json() == stored.json()
+    body = search(http, include_debug_data=True, page_id="100028")
+    call = server.llm.calls[-1]
+    assert call.temperature == 0.7 and call.messages[0].content == "מערכת חדשה לבדיקה"
+    assert 'title=""' in call.messages[-1].content
+    assert 100028 in {s["page_id"] for s in body["debug_data"]["sources"]}
+    assert body["debug_data"]["config_version"] == before["version"] + 1
+    again = http.post("/set_config", json={**wanted, "version": 999, "temperature": 0.1})
+    assert again.json()["version"] == before["version"] + 2
+    http.post("/set_config", json=before)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"temperature": "warm"}, "temperature"),
+        ({"num_of_pages": "3"}, "num_of_pages"),
+        ({"banned_fields": "title"}, "banned_fields"),
+        ({"model": "gpt-99"}, "model"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"num_of_pages": 0}, "num_of_pages"),
+        ({"user_prompt": "no slots"}, "user_prompt"),
+    ],
+)
+def test_invalid_configs_are_refused_naming_the_field_and_change_nothing(
+    http: httpx.Client, change: dict[str, Any], field: str
+) -> None:
+    before = http.get("/get_config").json()
+    response = http.post("/set_config", json={**before, **change})
+    assert response.status_code == 422, response.text
+    assert field in response.json()["detail"][0]["loc"]
+    assert http.get("/get_config").json() == before
+
+
+def test_models_version_is_an_array_whose_first_element_is_shown(http: httpx.Client) -> None:
+    versions = http.get("/get_models_version").json()
+    assert isinstance(versions, list) and isinstance(versions[0], str)
+    assert "fake-model" in versions[0] and "multilingual-e5-small" in versions[0]
+
+
+def test_config_metadata_answers_get_and_post(http: httpx.Client) -> None:
+    got = http.get("/get_config_metadata").json()
+    assert http.post("/get_config_metadata").json() == got
+    assert set(got) == {
+        "available_models",
+        "temperature_options",
+        "num_of_pages_options",
+        "config_field_types",
+    }
+    assert got["available_models"] == {"fake-model": {"supports_temperature": True}}
+    assert set(got["config_field_types"]) == CONFIG_FIELDS
+
+
+def test_bad_search_input_is_a_4xx_naming_the_field(http: httpx.Client, server: ChatServer) -> None:
+    for query in ("", "   ", "x" * (server.settings.max_question_chars + 1)):
+        response = http.post("/search", json={"query": query, "asked_from": "1"})
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "query"]
+    missing = http.post("/search", json={"asked_from": "1"})
+    assert missing.status_code == 422 and "query" in missing.json()["detail"][0]["loc"]
+
+
+def test_search_with_the_llm_down_is_a_503_that_says_so(http: httpx.Client, server: ChatServer) -> None:
+    assert isinstance(server.llm, ScriptedLLM)
+    server.llm.state = "down"
+    try:
+        response = http.post("/search", json={"query": QUERY, "asked_from": "1"})
+    finally:
+        server.llm.state = "up"
+    assert response.status_code == 503
+    assert response.json()["dependency"] == "llm" and "down" in response.json()["detail"]
