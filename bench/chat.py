@@ -243,6 +243,7 @@ async def measure(
         "chat_concurrent20_ttft_p95_ms": round(percentile(ttfts, 0.95), 1) if ttfts else None,
         "chat_llm": chat.llm.model,
         "chat_llm_parallel": getattr(chat.llm, "parallel", None),
+        "chat_llm_batch_tokens": getattr(chat.llm, "batch_tokens", None),
         "chat_max_tokens": MAX_TOKENS,
         "chat_context_chars": CONTEXT_CHARS,
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, python {platform.python_version()}",
@@ -276,7 +277,7 @@ def main() -> None:
     print("indexing the sample pages (multilingual-e5-small) ...", flush=True)
     asyncio.run(build_sample_store(store))
 
-    llm = LlamaCppChatModel(parallel=args.parallel, context_tokens=2048, cache_prompt=False)
+    llm = LlamaCppChatModel(parallel=args.parallel, context_tokens=2048, cache_prompt=False, batch_tokens=256)
     llm.warm_up()
     prefix = f"bench-chat-{uuid.uuid4().hex[:8]}"
     # Timeouts sized for a shared 2-core machine: 20 queued prefills can take minutes there.
@@ -286,6 +287,7 @@ def main() -> None:
         rewrite_followups=False,
         llamacpp_cache_prompt=False,
         llm_first_token_timeout_s=1200,
+        llm_idle_timeout_s=600,
         llm_total_timeout_s=1800,
     )
     built: list[ChatResources] = []

@@ -622,7 +622,7 @@ def draw_chart(report: EvalReport, path: Path) -> None:
     names = [r.config.name for r in report.results]
     x = np.arange(len(METRICS))
     width = 0.8 / max(1, len(names))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(METRICS) + 0.5 * len(names)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.6 * len(METRICS) + 0.5 * len(names) + 2.5), 4.5))
     for i, result in enumerate(report.results):
         values = [result.metrics[m] for m in METRICS]
         bars = ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=result.config.name)
@@ -631,7 +631,7 @@ def draw_chart(report: EvalReport, path: Path) -> None:
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("score")
     ax.set_title(f"{report.dataset} ({report.split}, {report.queries} queries, {report.store} store)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -168,6 +168,9 @@ class ChatSettings(BaseSettings):
     llamacpp_parallel: int = Field(default=4, ge=1, le=64)
     llamacpp_context_tokens: int = Field(default=4096, ge=256, le=131072)
     llamacpp_cache_prompt: bool = True
+    # Tokens llama.cpp processes per step across slots: smaller keeps streams flowing while another
+    # request's prompt is read, larger reads long prompts a little faster.
+    llamacpp_batch_tokens: int = Field(default=512, ge=32, le=8192)
     # Sessions in Redis: lifetime (refreshed on every turn), turns kept, turns sent to the LLM.
     session_ttl_s: int = Field(default=86400, ge=60)
     max_turns: int = Field(default=20, ge=1, le=1000)

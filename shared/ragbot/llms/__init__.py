@@ -47,4 +47,5 @@ def build_llm(*, settings: ChatSettings) -> LLM:
         parallel=settings.llamacpp_parallel,
         context_tokens=settings.llamacpp_context_tokens,
         cache_prompt=settings.llamacpp_cache_prompt,
+        batch_tokens=settings.llamacpp_batch_tokens,
     )

@@ -57,6 +57,7 @@ class LlamaCppChatModel:
         parallel: int = 4,
         context_tokens: int = 4096,
         cache_prompt: bool = True,
+        batch_tokens: int = 512,
     ) -> None:
         self.model_path = model_path
         self._name = model_name
@@ -64,6 +65,7 @@ class LlamaCppChatModel:
         self.parallel = parallel
         self.context_tokens = context_tokens
         self.cache_prompt = cache_prompt
+        self.batch_tokens = batch_tokens
         self._server: Any = None
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -99,6 +101,10 @@ class LlamaCppChatModel:
             params.n_parallel = self.parallel
             # llama.cpp splits n_ctx between the slots: give every slot the configured context.
             params.n_ctx = self.context_tokens * self.parallel
+            # One step handles at most this many tokens, so generating slots get a token between chunks
+            # of another request's prompt instead of waiting for the whole prompt.
+            params.n_batch = self.batch_tokens
+            params.n_ubatch = min(self.batch_tokens, 512)
             threads = self.threads or max(1, os.cpu_count() or 1)
             params.cpuparams.n_threads = threads
             params.cpuparams_batch.n_threads = threads

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 QUERY_KEYS = ("query", "question")
 POSITIVE_KEYS = ("positive", "paragraph", "passage", "text")
 METADATA_FILE = "ragbot_reranker.json"
+LOSS_WINDOW = 5  # first_loss / last_loss: mean over this many steps (one batch's loss is noisy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +105,8 @@ class TrainingReport:
     steps: int
     epochs_done: float
     seconds: float
-    first_loss: float
-    last_loss: float
+    first_loss: float  # mean loss of the first LOSS_WINDOW steps
+    last_loss: float  # mean loss of the last LOSS_WINDOW steps
     layers: int
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -292,6 +293,10 @@ def _groups(
     return groups
 
 
+def _mean(values: Sequence[float]) -> float:
+    return round(sum(values) / len(values), 4) if values else float("nan")
+
+
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -349,7 +354,8 @@ def train_reranker(
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     bce = torch.nn.BCEWithLogitsLoss()
-    step, first_loss, last_loss = 0, float("nan"), float("nan")
+    step = 0
+    losses: list[float] = []
     deadline = started + config.time_budget_s if config.time_budget_s else None
     for _epoch in range(config.epochs):
         for batch in _batches(_groups(chosen, pools, config.negatives, rng), config.batch_size):
@@ -378,12 +384,10 @@ def train_reranker(
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            last_loss = float(loss.detach())
-            if step == 0:
-                first_loss = last_loss
+            losses.append(float(loss.detach()))
             step += 1
             if progress is not None:
-                progress(step, total, last_loss)
+                progress(step, total, losses[-1])
     model.eval()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -399,8 +403,8 @@ def train_reranker(
         steps=step,
         epochs_done=round(step / steps_per_epoch, 3),
         seconds=round(time.perf_counter() - started, 1),
-        first_loss=first_loss,
-        last_loss=last_loss,
+        first_loss=_mean(losses[:LOSS_WINDOW]),
+        last_loss=_mean(losses[-LOSS_WINDOW:]),
         layers=int(layers),
         config=asdict(config),
     )

@@ -282,21 +282,38 @@ def search(
     n_docs = view.n_alive
     if n_docs <= 0 or not terms:
         return []
-    avgdl = float(view.length_sums @ weights) / n_docs or 1.0
+    used = [f for f in range(len(weights)) if weights[f] > 0]
+    if not used:
+        return []
+    avgdl = sum(float(view.length_sums[f] * weights[f]) for f in used) / n_docs or 1.0
+    # Per paragraph once per query: k1 * (1 - b + b * dl / avgdl) with the weighted length.
+    dl = view.lengths[:, used[0]] * weights[used[0]]
+    for f in used[1:]:
+        dl = dl + view.lengths[:, f] * weights[f]
+    norm_all = np.float32(K1 * (1.0 - B)) + np.float32(K1 * B / avgdl) * dl
+    every_field_counts = len(used) == len(weights)
+    all_alive = view.n_alive == len(view.ids)
     scores = np.zeros(len(view.ids), dtype=np.float32)
     for term in terms:
         docs, tfs = _postings(view, term)
-        live = view.alive[docs]
-        docs, tfs = docs[live], tfs[live]
-        tf = tfs.astype(np.float32) @ weights
-        present = tf > 0
-        docs, tf = docs[present], tf[present]
-        df = len(docs)
+        tf = tfs[:, used[0]] * weights[used[0]]
+        for f in used[1:]:
+            tf = tf + tfs[:, f] * weights[f]
+        # n counts live paragraphs with the term in a weighted field; dead ones and unweighted
+        # fields still flow through the arithmetic (tf 0 adds 0; dead rows are zeroed below),
+        # which is cheaper than compacting every posting list.
+        if all_alive and every_field_counts:
+            df = len(docs)
+        elif every_field_counts:
+            df = int(np.count_nonzero(view.alive[docs]))
+        else:
+            df = int(np.count_nonzero((tf > 0) & view.alive[docs]))
         if df == 0:
             continue
-        idf = np.float32(np.log1p((n_docs - df + 0.5) / (df + 0.5)))
-        norm = K1 * (1.0 - B + B * (view.lengths[docs] @ weights) / avgdl)
-        scores[docs] += idf * tf * (K1 + 1.0) / (tf + norm)
+        idf = np.float32(np.log1p((n_docs - df + 0.5) / (df + 0.5)) * (K1 + 1.0))
+        scores[docs] += idf * tf / (tf + norm_all[docs])
+    if not all_alive:
+        scores[~view.alive] = 0.0
     if allowed is not None:
         mask = np.zeros(len(scores), dtype=np.bool_)
         mask[positions_of(view.ids, allowed)] = True
