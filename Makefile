@@ -50,8 +50,12 @@ format: ## apply ruff's fixes and formatting
 	$(UV) run ruff check --fix
 	$(UV) run ruff format
 
-bench: ## run the benchmarks (bench/run_all.py)
-	$(UV) run python bench/run_all.py
+bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figures in bench/results/*.json
+	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$"; \
+	trap 'bash scripts/services.sh down' EXIT; \
+	bash scripts/services.sh up; \
+	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
+		$(UV) run python bench/run_all.py $(BENCH_ARGS)
 
 up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)
 	$(COMPOSE) up -d --build --wait

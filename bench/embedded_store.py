@@ -136,6 +136,7 @@ async def run(paragraphs: int, path: Path) -> dict[str, Any]:
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
         },
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     started = time.perf_counter()
     for pid in range(1, pages + 1):

@@ -127,6 +127,7 @@ def _training_defaults() -> dict[str, Any]:
 
 def run_eval(args: argparse.Namespace) -> int:
     """``ragbot eval``: print the table, write the report and chart when asked."""
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # one line per request otherwise
     report = asyncio.run(_eval(args))
     sys.stdout.write(report.table() + "\n")
     if args.report:
