@@ -3,8 +3,8 @@
 Both services run in this process under uvicorn on free ports (real HTTP): the retriever over an
 embedded store of sample Kol-Zchut pages (multilingual-e5-small), the chat service calling it over
 HTTP and the embedded llama.cpp model (SmolLM2-135M, prompt caching off so every prefill costs the
-same). Sessions need Redis (``--redis-url``, default ``RAGBOT_REDIS_URL`` or the test Redis on 6390:
-``make services-up`` starts one).
+same). Sessions need Redis: ``--redis-url``, default ``RAGBOT_TEST_REDIS_URL`` (set by ``make bench``),
+else ``RAGBOT_REDIS_URL``, else the test Redis on 6390 (``make services-up`` starts one).
 
 Overhead, side by side in one run, for the same questions in alternating order:
 
@@ -256,8 +256,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4, help="llama.cpp slots")
     parser.add_argument(
         "--redis-url",
-        default=os.environ.get("RAGBOT_REDIS_URL")
-        or os.environ.get("RAGBOT_TEST_REDIS_URL")
+        default=os.environ.get("RAGBOT_TEST_REDIS_URL")
+        or os.environ.get("RAGBOT_REDIS_URL")
         or "redis://127.0.0.1:6390/0",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chat.json")

@@ -43,7 +43,12 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         if reranker.is_dir():
             retriever += ["--reranker", str(reranker)]
         out["retriever"] = retriever
-        out["hebrew_analyzer"] = [py, "bench/hebrew_analyzer.py", "--dataset", str(data / "beir" / "heq-test")]
+        out["hebrew_analyzer"] = [
+            py,
+            "bench/hebrew_analyzer.py",
+            "--dataset",
+            str(data / "beir" / "heq-test"),
+        ]
     return out
 
 

@@ -4,11 +4,13 @@ the worker's batch handler (micro-batching, partial failures) and the ``ragbot r
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -16,9 +18,12 @@ import pytest
 from celery.exceptions import Retry
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
+from support.chat_fakes import serve_app
 from support.hash_embedder import HashEmbedder
 from support.ingest_fakes import FakeJobs, FakeSender
 
+from ragbot import cli
+from ragbot.cli_reindex import follow
 from ragbot.definition import parse_definition
 from ragbot.errors import SourceError, SourceRefused, ValidationFailed
 from ragbot.events import EventPublisher
@@ -515,3 +520,42 @@ def test_partial_batch_retries_then_dead_letters_and_refreshes_the_parent(batch:
     [dead] = jobs.dead
     assert dead["job_id"] == "p-b0" and "page 2" in dead["error"] and "502" in dead["error"]
     assert jobs.refreshed == ["p", "p"]
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------
+
+
+def test_follow_draws_progress_until_the_job_ends() -> None:
+    states = iter(
+        [
+            {"job_id": "p", "state": "running", "progress": {"total": 4, "done": 0, "failed": 0}},
+            {"job_id": "p", "state": "running", "progress": {"total": 4, "done": 2, "failed": 1}},
+            {"job_id": "p", "state": "failed", "progress": {"total": 4, "done": 3, "failed": 1}},
+        ]
+    )
+    out = io.StringIO()
+    record = follow(lambda: next(states), poll_s=0.0, show=True, out=out)
+    assert record["state"] == "failed" and "4/4" in out.getvalue() and "failed=1" in out.getvalue()
+
+
+def test_the_cli_streams_the_file_and_reports_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs, sender = FakeJobs(), FakeSender()
+    settings = IngestSettings(reindex_batch_pages=2)
+
+    @asynccontextmanager
+    async def resources() -> AsyncIterator[Resources]:
+        yield Resources(settings=settings, jobs=jobs, sender=sender, store=cast(SearchStore, None))
+
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_bytes(b"".join(content_line(i) for i in range(1, 4)))
+    bad.write_bytes(content_line(1) + b"oops\n")
+    with serve_app(create_app(resources=resources)) as url:
+        assert cli.main(["reindex", str(good), "--ingest-url", url, "--no-wait", "--force"]) == 0
+        assert f"{url}/v1/jobs/" in capsys.readouterr().out
+        assert [len(cast(IndexPages, m).pages) for _, m in sender.sent] == [2, 1]
+        assert all(cast(IndexPages, m).force for _, m in sender.sent)
+        assert cli.main(["reindex", str(bad), "--ingest-url", url]) == 2
+        assert "422" in capsys.readouterr().err
+    assert cli.main(["reindex"]) == 2

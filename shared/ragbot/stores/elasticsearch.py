@@ -213,7 +213,9 @@ class ElasticsearchStore:
             if source.get(name) is not None:
                 source[f"{name}{BM25_SUFFIX}"] = analyzed_text(source[name])
         for name, vector in paragraph.vectors.items():
-            source[name] = np.asarray(vector, dtype=np.float32).tolist()
+            # Left an array: the client's serializer writes it as a JSON list chunk by chunk, so a big
+            # page never holds every vector as Python floats at once (12 KB per 384-d vector).
+            source[name] = np.asarray(vector, dtype=np.float32)
         return source
 
     async def replace_page(
