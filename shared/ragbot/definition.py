@@ -124,7 +124,9 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
             if field not in saved:
                 raise ConfigurationError(f"{origin}: models.{model} embeds {field!r}, not in saved_fields")
             if saved[field] != "text":
-                raise ConfigurationError(f"{origin}: models.{model} embeds {field!r}, which is not a text field")
+                raise ConfigurationError(
+                    f"{origin}: models.{model} embeds {field!r}, which is not a text field"
+                )
         models[model] = tuple(dict.fromkeys(names))
     return DocumentDefinition(
         identifier_field=ident, saved_fields=dict(saved), field_for_llm=llm_field, models=models

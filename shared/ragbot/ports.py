@@ -52,7 +52,9 @@ class SearchStore(Protocol):
     async def ping(self) -> bool:
         """True when the store answers (for /readyz)."""
 
-    async def replace_page(self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]) -> None:
+    async def replace_page(
+        self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
+    ) -> None:
         """Write a revision's paragraphs, then drop every other revision of the page (never a gap)."""
 
     async def delete_page(self, *, page_id: int) -> int:

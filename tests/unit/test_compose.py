@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic_settings import BaseSettings
+
 from ragbot import settings as ragbot_settings
 
 ROOT = Path(__file__).resolve().parents[2]

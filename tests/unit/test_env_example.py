@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from pydantic_settings import BaseSettings
+
 from ragbot import settings as ragbot_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -85,8 +85,15 @@ class Page(BaseModel):
     def from_wiki_content(cls, body: dict[str, Any]) -> Page:
         """Build a page from the content API's body (``GET callback_url + page_id``)."""
         known = {
-            "page_id", "revision_id", "revision_date", "title", "url", "content", "summary",
-            "namespace", "categories",
+            "page_id",
+            "revision_id",
+            "revision_date",
+            "title",
+            "url",
+            "content",
+            "summary",
+            "namespace",
+            "categories",
         }
         categories = body.get("categories") or []
         if isinstance(categories, str):

@@ -17,7 +17,9 @@ class RetrieveRequest(BaseModel):
     query: str = Field(min_length=1, max_length=2000)
     retrieval_size: int = Field(default=50, ge=1, le=1000, description="candidates per branch")
     paragraphs_per_page: list[int] = Field(
-        default_factory=lambda: [3, 2, 1], min_length=1, max_length=100,
+        default_factory=lambda: [3, 2, 1],
+        min_length=1,
+        max_length=100,
         description="pages back, and at most this many paragraphs from each",
     )
     paragraph_relevance_threshold: float = Field(default=0.0, ge=0.0)
