@@ -2,17 +2,21 @@
 
 Quality (``scifact_ndcg10``, ``heq_ndcg10``): ``ragbot.evaluation`` with a request that sets nothing
 (the configured defaults of ``RetrieverSettings``), corpus indexed through the real indexing path into
-a temporary embedded store. SciFact uses the packaged all-MiniLM-L6-v2 on content (and the reranker
-when ``--reranker`` is given); HeQ uses the packaged multilingual-e5-small on content and no reranker
-(the SciFact reranker is English-only; HeQ's questions are Hebrew).
+a temporary embedded store, packaged models only (no reranker is packaged). SciFact uses
+all-MiniLM-L6-v2 on content; HeQ uses multilingual-e5-small on content. With ``--reranker``,
+``scifact_ndcg10_with_reranker`` is the same run with that reranker configured (HeQ never gets it:
+the SciFact reranker is English-only).
 
 Latency (``retrieve_p50/p95_ms_100k_{es,embedded}``): 100k paragraphs (5000 pages of 20) whose text
 is sentences of the SciFact corpus shuffled into new paragraphs, with two 384-d dense fields (title
 and content of all-MiniLM-L6-v2) filled with synthetic unit vectors; every query is a real SciFact
 question embedded by the real MiniLM at query time (no query cache), one at a time, hybrid (two
 dense fields + BM25), default fusion, no rerank, request defaults (50 candidates per branch, pages
-[3, 2, 1]). ``rerank20_added_p50_ms``: the p50 of the engine's rerank stage over the top 20 fused
-paragraphs with the ``--reranker`` model.
+[3, 2, 1]). Elasticsearch runs twice: exact kNN (the default, ``flat`` vectors: the ``_es`` keys)
+and approximate HNSW kNN (``_es_approximate``). ``rerank20_added_p50_ms``: the p50 of the engine's
+rerank stage over the top 20 fused paragraphs with the ``--reranker`` model (configured as
+``RetrieverSettings`` says: max length, int8 or not). Per-stage p50s and the load average of the
+machine go to ``bench/results/retriever_detail.json``.
 
 Writes the flat figures to ``bench/results/retriever.json``.
 Run: ``uv run python bench/retriever.py --scifact DIR --heq DIR --reranker DIR [--es-url URL]``.
@@ -173,17 +177,18 @@ async def fill(
 
 async def time_queries(
     engine: RetrievalEngine, queries: Sequence[str], *, rerank: bool, warm: int = 10
-) -> tuple[list[float], list[float]]:
-    """(total ms, rerank-stage ms) per query, one query at a time, after ``warm`` untimed ones."""
+) -> tuple[list[float], dict[str, list[float]]]:
+    """(total ms, engine stage timings) per query, one query at a time, after ``warm`` untimed ones."""
     totals: list[float] = []
-    stages: list[float] = []
+    stages: dict[str, list[float]] = {}
     for i, query in enumerate(queries):
         t0 = time.perf_counter()
         result = await engine.run(RetrieveRequest(query=query, rerank=rerank))
         elapsed = (time.perf_counter() - t0) * 1000.0
         if i >= warm:
             totals.append(elapsed)
-            stages.append(result.timings_ms["rerank"])
+            for stage, ms in result.timings_ms.items():
+                stages.setdefault(stage, []).append(ms)
     return totals, stages
 
 
@@ -212,12 +217,14 @@ async def latency(
             reranker=reranker,
             defaults=RetrievalDefaults.from_settings(RetrieverSettings()),
         )
-        totals, _ = await time_queries(engine, queries, rerank=False)
+        totals, stages = await time_queries(engine, queries, rerank=False)
         out["retrieve"] = latency_summary(totals)
+        out["stages_p50"] = {k: latency_summary(v)["p50"] for k, v in stages.items()}
         if reranker is not None:
             with_rerank, stages = await time_queries(engine, queries, rerank=True)
             out["retrieve_rerank"] = latency_summary(with_rerank)
-            out["rerank_stage"] = latency_summary(stages)
+            out["rerank_stage"] = latency_summary(stages["rerank"])
+        out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         if store_settings.backend == "elasticsearch":
             drop = getattr(store, "drop_indices", None)
@@ -237,7 +244,9 @@ async def main() -> int:
     parser.add_argument("--queries", type=int, default=200, help="timed queries per store")
     parser.add_argument("--stores", nargs="+", default=["embedded", "elasticsearch"])
     parser.add_argument("--es-url", default=os.environ.get("RAGBOT_TEST_ES_URL", "http://127.0.0.1:9250"))
-    parser.add_argument("--es-vector-search", choices=["exact", "approximate"], default="exact")
+    parser.add_argument(
+        "--es-vector-search", nargs="+", choices=["exact", "approximate"], default=["exact", "approximate"]
+    )
     parser.add_argument("--embedded-path", type=Path, help="keep the 100k embedded store here (reused)")
     parser.add_argument("--cache-dir", type=Path, default=Path("var/eval-cache"))
     parser.add_argument("--skip-quality", action="store_true")
@@ -248,22 +257,31 @@ async def main() -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     base = load_definition(args.definition)
     settings = ModelSettings(query_cache_size=0)
-    reranker = build_reranker(args.reranker, device="cpu")
+    retriever_settings = RetrieverSettings()
+    reranker = build_reranker(
+        args.reranker,
+        device="cpu",
+        max_length=retriever_settings.reranker_max_length,
+        quantize=retriever_settings.reranker_quantize,
+    )
     if reranker is not None:
         reranker.warm_up()
     figures: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
 
     if not args.skip_quality:
-        figures["scifact_ndcg10"] = round(
-            await quality(
-                args.scifact,
-                definition=with_models(base, {MINILM: ["content"]}),
-                settings=settings,
-                reranker=reranker,
-                cache_dir=args.cache_dir,
-            ),
-            4,
-        )
+        for key, chosen in (("scifact_ndcg10", None), ("scifact_ndcg10_with_reranker", reranker)):
+            if key.endswith("reranker") and chosen is None:
+                continue
+            figures[key] = round(
+                await quality(
+                    args.scifact,
+                    definition=with_models(base, {MINILM: ["content"]}),
+                    settings=settings,
+                    reranker=chosen,
+                    cache_dir=args.cache_dir,
+                ),
+                4,
+            )
         if args.heq:
             figures["heq_ndcg10"] = round(
                 await quality(
@@ -285,7 +303,10 @@ async def main() -> int:
     ]
     queries = list(dict.fromkeys(scifact_queries))[: args.queries + 10]
     detail: dict[str, Any] = {}
-    for backend in args.stores:
+    runs = [
+        (b, m) for b in args.stores for m in (args.es_vector_search if b == "elasticsearch" else ["exact"])
+    ]
+    for backend, mode in runs:
         if backend == "embedded":
             tmp = None if args.embedded_path else tempfile.TemporaryDirectory(prefix="ragbot-bench-")
             path = args.embedded_path or Path(tmp.name if tmp else ".") / "bench.sqlite3"
@@ -297,11 +318,11 @@ async def main() -> int:
                 backend="elasticsearch",
                 es_url=args.es_url,
                 es_index_prefix=f"bench-{uuid.uuid4().hex[:8]}",
-                vector_search=args.es_vector_search,
+                vector_search=mode,
                 es_timeout_s=60.0,
             )
-            key = "es"
-        print(f"{backend}: {args.paragraphs} paragraphs, {len(queries) - 10} timed queries", flush=True)
+            key = "es" if mode == "exact" else "es_approximate"
+        print(f"{key}: {args.paragraphs} paragraphs, {len(queries) - 10} timed queries", flush=True)
         result = await latency(
             store_settings,
             definition=definition,
@@ -312,8 +333,8 @@ async def main() -> int:
         )
         if tmp is not None:
             tmp.cleanup()
-        detail[backend] = result
-        print(f"{backend}: {json.dumps(result)}", flush=True)
+        detail[key] = result
+        print(f"{key}: {json.dumps(result)}", flush=True)
         figures[f"retrieve_p50_ms_100k_{key}"] = result["retrieve"]["p50"]
         figures[f"retrieve_p95_ms_100k_{key}"] = result["retrieve"]["p95"]
         if "rerank_stage" in result and (key == "embedded" or "rerank20_added_p50_ms" not in figures):
@@ -321,9 +342,9 @@ async def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     detail_path = args.out.with_name(args.out.stem + "_detail.json")
-    detail_path.write_text(
-        json.dumps({"paragraphs": args.paragraphs, **detail}, indent=2) + "\n", encoding="utf-8"
-    )
+    previous = json.loads(detail_path.read_text()) if detail_path.is_file() else {}
+    detail = {**previous, "paragraphs": args.paragraphs, **detail}
+    detail_path.write_text(json.dumps(detail, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(figures, indent=2))
     return 0
 

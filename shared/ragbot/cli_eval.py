@@ -181,7 +181,10 @@ async def _eval(args: argparse.Namespace) -> Any:
     defaults = dataclasses.replace(defaults, **{k: v for k, v in overrides.items() if v is not None})
     reranker_path = None if args.no_rerank else (args.reranker or retriever_settings.reranker_path)
     reranker = build_reranker(
-        reranker_path, device=model_settings.device, max_length=retriever_settings.reranker_max_length
+        reranker_path,
+        device=model_settings.device,
+        max_length=retriever_settings.reranker_max_length,
+        quantize=retriever_settings.reranker_quantize,
     )
     configs: list[EvalConfig] = standard_configs(definition.model_names, with_rerank=reranker is not None)
     wanted = _csv(args.configs)

@@ -131,6 +131,7 @@ class RetrieverSettings(BaseSettings):
     # reranker_path: a cross-encoder folder (`ragbot train-reranker` writes one); unset = no rerank.
     reranker_path: Path | None = None
     reranker_max_length: int | None = Field(default=None, ge=16, le=8192)
+    reranker_quantize: bool = False
     default_rerank: bool = True
     rerank_top_n: int = Field(default=20, ge=1, le=1000)
     rerank_min_score: float | None = None

@@ -64,9 +64,10 @@ def test_close_without_warm_up_is_harmless(tmp_path: Path) -> None:
 
 def test_build_reranker_follows_the_setting(tmp_path: Path) -> None:
     assert build_reranker(None) is None
-    built = build_reranker(tmp_path, device="cpu", batch_size=8, max_length=128)
+    built = build_reranker(tmp_path, device="cpu", batch_size=8, max_length=128, quantize=True)
     assert isinstance(built, CrossEncoderReranker)
     assert (built.path, built.device, built.batch_size, built.max_length) == (tmp_path, "cpu", 8, 128)
+    assert built.quantize
     assert not built.loaded
 
 

@@ -28,7 +28,13 @@ from ragbot.contextual import Contextualizer
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused
 from ragbot.events import EventPublisher
-from ragbot.indexing import embed_prepared, group_by_size, prepare_paragraphs
+from ragbot.indexing import (
+    EMBED_CALL_TEXTS,
+    embed_prepared,
+    group_by_size,
+    prepare_paragraphs,
+    release_memory,
+)
 from ragbot.jobs import JobStore
 from ragbot.observability.metrics import WorkerMetrics
 from ragbot.paragraphs import LinkTargets
@@ -146,7 +152,9 @@ async def write_pages(
     """Split, (contextualise), embed in shared batches and write pages; paragraphs written per page.
 
     Pages are written group by group (at most ``batch_max_paragraphs`` paragraphs embedded per
-    call), so a long batch becomes searchable progressively and its memory stays bounded.
+    call), so a long batch becomes searchable progressively and its memory stays bounded. A group's
+    writes run while the next group is embedded (in a thread), so the store's round trips overlap
+    the model's work.
     """
     started = time.perf_counter()
     prepared = [
@@ -160,22 +168,38 @@ async def write_pages(
         for page in pages
     ]
     counts = [len(p) for p in prepared]
-    for group in group_by_size(counts, max_items=ctx.batch_max_paragraphs):
-        contexts: dict[str, str] = {}
-        if ctx.contextualizer is not None:
-            for i in group:
-                contexts.update(await ctx.contextualizer.contexts(pages[i], prepared[i]))
-        embed_prepared(
-            [prepared[i] for i in group],
-            definition=ctx.definition,
-            embedders=ctx.embedders,
-            contexts=contexts,
-        )
-        ctx.metrics.build_seconds.observe(time.perf_counter() - started)
+
+    async def write(group: Sequence[int]) -> None:
         for i in group:
             await _write_one(ctx=ctx, store=store, page=pages[i], paragraphs=prepared[i], job_id=job_id)
             prepared[i] = []  # the vectors are written: let them go
-        started = time.perf_counter()
+
+    writing: asyncio.Task[None] | None = None
+    try:
+        for group in group_by_size(counts, max_items=ctx.batch_max_paragraphs):
+            contexts: dict[str, str] = {}
+            if ctx.contextualizer is not None:
+                for i in group:
+                    contexts.update(await ctx.contextualizer.contexts(pages[i], prepared[i]))
+            await asyncio.to_thread(
+                embed_prepared,
+                [prepared[i] for i in group],
+                definition=ctx.definition,
+                embedders=ctx.embedders,
+                contexts=contexts,
+            )
+            ctx.metrics.build_seconds.observe(time.perf_counter() - started)  # split (first) + embed
+            started = time.perf_counter()
+            if writing is not None:
+                await writing
+            writing = asyncio.create_task(write(group))
+        if writing is not None:
+            await writing
+    finally:
+        if writing is not None and not writing.done():  # an embedding failed: let the write end
+            await asyncio.gather(writing, return_exceptions=True)
+    if sum(counts) > EMBED_CALL_TEXTS:
+        release_memory()  # a long page or batch: hand its buffers back before the next task
     return counts
 
 

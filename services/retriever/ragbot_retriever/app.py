@@ -61,6 +61,7 @@ async def build_resources(
             retriever_settings.reranker_path,
             device=model_settings.device,
             max_length=retriever_settings.reranker_max_length,
+            quantize=retriever_settings.reranker_quantize,
         )
     definition = load_definition(model_settings.document_definition)
     embedders = cached_queries(

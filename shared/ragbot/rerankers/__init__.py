@@ -15,9 +15,16 @@ __all__ = ["CrossEncoderReranker", "RerankError", "build_reranker"]
 
 
 def build_reranker(
-    path: Path | None, *, device: Device = "auto", batch_size: int = 32, max_length: int | None = None
+    path: Path | None,
+    *,
+    device: Device = "auto",
+    batch_size: int = 32,
+    max_length: int | None = None,
+    quantize: bool = False,
 ) -> CrossEncoderReranker | None:
     """The configured cross-encoder, not loaded, or None when no reranker is configured."""
     if path is None:
         return None
-    return CrossEncoderReranker(path, device=device, batch_size=batch_size, max_length=max_length)
+    return CrossEncoderReranker(
+        path, device=device, batch_size=batch_size, max_length=max_length, quantize=quantize
+    )

@@ -3,6 +3,11 @@
 The folder is any sequence-classification model with one output (``ragbot train-reranker`` writes
 one). Scores are the model's sigmoid outputs, 0..1, so a score floor and a gap ratio
 (``RetrieverSettings.rerank_min_score`` / ``rerank_gap_ratio``) read as probabilities.
+
+A cross-encoder reads every (query, paragraph) pair whole, so its cost grows with candidates x
+tokens x layers: on two CPU cores 20 pairs of 192 tokens through 4 MiniLM layers take about half a
+second. ``quantize=True`` (int8 dynamic quantization of the linear layers, CPU only) roughly halves
+that; ``max_length`` caps the tokens per pair.
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ class CrossEncoderReranker:
         device: Device = "auto",
         batch_size: int = 32,
         max_length: int | None = None,
+        quantize: bool = False,
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
         self.device: Device = device
         self.batch_size = batch_size
         self.max_length = max_length
+        self.quantize = quantize
         self._model: Any = None
         self._load_lock = threading.Lock()
         self._score_lock = threading.Lock()
@@ -75,6 +82,9 @@ class CrossEncoderReranker:
                 )
                 if device == "cuda":
                     model.half()
+                elif self.quantize:  # int8 weights for the linear layers: about 2x faster on a CPU
+                    quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic  # untyped in torch
+                    quantize_dynamic(model.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
                 model.eval()
             except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
                 raise RerankError(f"could not load reranker from {self.path}: {exc}") from exc
