@@ -2,9 +2,12 @@
 
 Both services run in this process under uvicorn on free ports (real HTTP): the retriever over an
 embedded store of sample Kol-Zchut pages (multilingual-e5-small), the chat service calling it over
-HTTP and the embedded llama.cpp model (SmolLM2-135M, prompt caching off so every prefill costs the
-same). Sessions need Redis: ``--redis-url``, default ``RAGBOT_TEST_REDIS_URL`` (set by ``make bench``),
-else ``RAGBOT_REDIS_URL``, else the test Redis on 6390 (``make services-up`` starts one).
+HTTP and the embedded llama.cpp model (SmolLM2-135M) built by the same factory and settings as
+``make run`` (threads, slots, batch, context, and every LLM timeout at its default), except prompt
+caching, which is off while the overhead is measured so every prefill costs the same, and the
+workload knobs below (short answers, a short context, no follow-up rewrite). Sessions need Redis:
+``--redis-url``, default ``RAGBOT_TEST_REDIS_URL`` (set by ``make bench``), else ``RAGBOT_REDIS_URL``,
+else the test Redis on 6390 (``make services-up`` starts one).
 
 Overhead, side by side in one run, for the same questions in alternating order:
 
@@ -20,9 +23,9 @@ SSE) with the LLM's run-to-run prefill noise taken out. ``chat_overhead_side_by_
 medians of the independent baseline runs and the chat runs; on a shared 2-core machine LLM prefill
 varies by seconds between runs, so that figure is reported but is noise-dominated.
 
-Then 20 sessions stream at once (``--parallel`` llama.cpp slots): errors, and streams whose tokens do
-not add up to their own ``done`` answer or to the turn stored in their session (interleaving), are
-counted.
+Then 20 sessions stream at once (``--parallel`` llama.cpp slots, default 4 as in ``make run``) under
+the default timeouts (first token, idle, total): errors, and streams whose tokens do not add up to
+their own ``done`` answer or to the turn stored in their session (interleaving), are counted.
 
 Run: ``uv run python bench/chat.py [--questions 10] [--out bench/results/chat.json]``. Prints a table and
 writes flat JSON.
@@ -58,7 +61,8 @@ from support.chat_corpus import build_sample_store, open_engine, sample_definiti
 
 from ragbot.chat.pipeline import ChatRequest  # noqa: E402
 from ragbot.chat.retriever import HttpRetriever  # noqa: E402
-from ragbot.llms.llamacpp import LlamaCppChatModel  # noqa: E402
+from ragbot.llms import build_llm  # noqa: E402
+from ragbot.llms.llamacpp import LlamaCppChatModel, default_threads  # noqa: E402
 from ragbot.prompts import detect_language  # noqa: E402
 from ragbot.schemas.retrieval import RetrieveRequest  # noqa: E402
 from ragbot.settings import ChatSettings  # noqa: E402
@@ -80,7 +84,7 @@ QUESTIONS = [
     "Do teenagers who work pay income tax?",
     "Is a scholarship counted as income?",
 ]
-MAX_TOKENS = 4
+MAX_TOKENS = 16
 CONTEXT_CHARS = 300
 
 
@@ -195,7 +199,12 @@ async def measure(
                 flush=True,
             )
 
-        print("20 concurrent streaming sessions ...", flush=True)
+        # The concurrent phase runs with make run's prompt caching (a slot reuses the system prompt it
+        # read last); the overhead phase above had it off so that every prefill cost the same.
+        cache_prompt = ChatSettings().llamacpp_cache_prompt
+        if isinstance(chat.llm, LlamaCppChatModel):
+            chat.llm.cache_prompt = cache_prompt
+        print(f"20 concurrent streaming sessions (prompt cache {cache_prompt}) ...", flush=True)
         started = time.perf_counter()
         results = await asyncio.gather(
             *(chat_turn(client, f"{QUESTIONS[n % len(QUESTIONS)]} #{n}") for n in range(20)),
@@ -239,11 +248,17 @@ async def measure(
         "chat_concurrent20_errors": errors,
         "chat_concurrent20_interleaved": interleaved,
         "chat_concurrent20_wall_s": round(wall_s, 2),
+        "chat_concurrent20_cache_prompt": cache_prompt,
         "chat_concurrent20_ttft_p50_ms": round(percentile(ttfts, 0.5), 1) if ttfts else None,
         "chat_concurrent20_ttft_p95_ms": round(percentile(ttfts, 0.95), 1) if ttfts else None,
         "chat_llm": chat.llm.model,
-        "chat_llm_parallel": getattr(chat.llm, "parallel", None),
-        "chat_llm_batch_tokens": getattr(chat.llm, "batch_tokens", None),
+        "chat_llm_parallel": settings.llamacpp_parallel,
+        "chat_llm_threads": settings.llamacpp_threads or default_threads(),
+        "chat_llm_batch_tokens": settings.llamacpp_batch_tokens,
+        "chat_llm_context_tokens": settings.llamacpp_context_tokens,
+        "chat_llm_first_token_timeout_s": settings.llm_first_token_timeout_s,
+        "chat_llm_idle_timeout_s": settings.llm_idle_timeout_s,
+        "chat_llm_total_timeout_s": settings.llm_total_timeout_s,
         "chat_max_tokens": MAX_TOKENS,
         "chat_context_chars": CONTEXT_CHARS,
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, python {platform.python_version()}",
@@ -277,19 +292,20 @@ def main() -> None:
     print("indexing the sample pages (multilingual-e5-small) ...", flush=True)
     asyncio.run(build_sample_store(store))
 
-    llm = LlamaCppChatModel(parallel=args.parallel, context_tokens=2048, cache_prompt=False, batch_tokens=256)
-    llm.warm_up()
     prefix = f"bench-chat-{uuid.uuid4().hex[:8]}"
-    # Timeouts sized for a shared 2-core machine: 20 queued prefills can take minutes there.
+    # make run's settings (timeouts, threads, batch, context) with this bench's workload on top; init
+    # arguments win over RAGBOT_CHAT_* variables, so a shell's environment cannot change the workload.
     settings = ChatSettings(
+        llm_backend="llamacpp",
+        llamacpp_model_path=None,
+        llamacpp_parallel=args.parallel,
+        llamacpp_cache_prompt=False,
         llm_max_tokens=MAX_TOKENS,
         context_max_chars=CONTEXT_CHARS,
         rewrite_followups=False,
-        llamacpp_cache_prompt=False,
-        llm_first_token_timeout_s=1200,
-        llm_idle_timeout_s=600,
-        llm_total_timeout_s=1800,
     )
+    llm = build_llm(settings=settings)
+    llm.warm_up()
     built: list[ChatResources] = []
 
     @asynccontextmanager

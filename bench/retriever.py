@@ -200,6 +200,7 @@ async def latency(
     reranker: Reranker | None,
     corpus: tuple[list[str], list[str]],
     queries: Sequence[str],
+    keep: bool = False,
 ) -> dict[str, Any]:
     """p50/p95 of hybrid retrieval without rerank (and the rerank stage) on one store."""
     dims = {v.name: DIM for v in definition.vector_fields}
@@ -226,7 +227,7 @@ async def latency(
             out["rerank_stage"] = latency_summary(stages["rerank"])
         out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     finally:
-        if store_settings.backend == "elasticsearch":
+        if store_settings.backend == "elasticsearch" and not keep:
             drop = getattr(store, "drop_indices", None)
             if drop is not None:
                 await drop()
@@ -248,8 +249,10 @@ async def main() -> int:
         "--es-vector-search", nargs="+", choices=["exact", "approximate"], default=["exact", "approximate"]
     )
     parser.add_argument("--embedded-path", type=Path, help="keep the 100k embedded store here (reused)")
+    parser.add_argument("--es-prefix", help="keep the 100k Elasticsearch indices under this prefix (reused)")
     parser.add_argument("--cache-dir", type=Path, default=Path("var/eval-cache"))
     parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -303,9 +306,15 @@ async def main() -> int:
     ]
     queries = list(dict.fromkeys(scifact_queries))[: args.queries + 10]
     detail: dict[str, Any] = {}
-    runs = [
-        (b, m) for b in args.stores for m in (args.es_vector_search if b == "elasticsearch" else ["exact"])
-    ]
+    runs = (
+        []
+        if args.skip_latency
+        else [
+            (b, m)
+            for b in args.stores
+            for m in (args.es_vector_search if b == "elasticsearch" else ["exact"])
+        ]
+    )
     for backend, mode in runs:
         if backend == "embedded":
             tmp = None if args.embedded_path else tempfile.TemporaryDirectory(prefix="ragbot-bench-")
@@ -317,7 +326,7 @@ async def main() -> int:
             store_settings = StoreSettings(
                 backend="elasticsearch",
                 es_url=args.es_url,
-                es_index_prefix=f"bench-{uuid.uuid4().hex[:8]}",
+                es_index_prefix=f"{args.es_prefix or 'bench-' + uuid.uuid4().hex[:8]}-{mode}",
                 vector_search=mode,
                 es_timeout_s=60.0,
             )
@@ -330,6 +339,7 @@ async def main() -> int:
             reranker=reranker,
             corpus=corpus,
             queries=queries,
+            keep=bool(args.es_prefix),
         )
         if tmp is not None:
             tmp.cleanup()

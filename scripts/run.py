@@ -6,6 +6,11 @@ the embedder worker, the retriever and (when present) chat with the embedded sto
 local wiki on 127.0.0.1:8090 that answers like the content API; pings ingest for every sample page
 (the real ping path); waits until every job has ended; prints the URLs and an example query. Ctrl-C
 or SIGTERM stops everything it started. Logs go to ``var/log/``.
+
+A second stack beside a running one: its own ``--var-dir`` and ``--wiki-port``, the services' ports moved
+with ``RAGBOT_INGEST_PORT``, ``RAGBOT_WORKER_METRICS_PORT``, ``RAGBOT_RETRIEVER_PORT`` and
+``RAGBOT_CHAT_PORT`` (chat follows the retriever's port), and its own Redis database and queue
+(``RAGBOT_REDIS_URL=redis://127.0.0.1:6390/7``, ``RAGBOT_WORKER_QUEUE``) so the workers do not share jobs.
 """
 
 from __future__ import annotations
@@ -88,6 +93,10 @@ def stop_redis(owner: str) -> None:
 def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     """The children's environment: ours plus the local defaults of `make run`."""
     env = dict(os.environ)
+    # Chat talks to the retriever this run starts, whatever port RAGBOT_RETRIEVER_PORT moved it to.
+    env.setdefault("RAGBOT_CHAT_RETRIEVER_URL", f"http://127.0.0.1:{get_retriever_settings().port}")
+    # ...and its web UI's documents page talks to this run's ingest.
+    env.setdefault("RAGBOT_CHAT_INGEST_URL", f"http://127.0.0.1:{get_ingest_settings().port}")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -194,6 +203,11 @@ def print_urls(services: list[ServiceProcess], wiki: FakeWiki, retriever_port: i
     for proc in services:
         say(f"  {proc.name:<10} {proc.health_url.rsplit('/', 1)[0]}   (log: {proc.log_path})")
     say(f"  {'wiki':<10} {wiki.base_url}   (sample pages, content API shape)")
+    chat = next((p for p in services if p.name == "chat"), None)
+    if chat is not None:
+        base = chat.health_url.rsplit("/", 1)[0]
+        say()
+        say(f"Web UI: {base}/  (chat)   {base}/documents   {base}/admin")
     say()
     say("Try a search:")
     query = json.dumps(
@@ -212,13 +226,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--wiki-port", type=int, default=8090, help="port of the local sample wiki")
     parser.add_argument("--no-index", action="store_true", help="start the services but ping nothing")
+    parser.add_argument(
+        "--var-dir",
+        type=Path,
+        default=ROOT / "var",
+        help="where the store, logs and metrics go (default var/; a second stack needs its own)",
+    )
     args = parser.parse_args()
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     owner = f"make-run-{os.getpid()}"
-    var = ROOT / "var"
-    var.mkdir(exist_ok=True)
+    var = args.var_dir.resolve()
+    var.mkdir(parents=True, exist_ok=True)
     services: list[ServiceProcess] = []
     wiki: FakeWiki | None = None
     started_redis = False

@@ -4,7 +4,7 @@
 #   scripts/services.sh up       start what is not answering yet (a port that answers is reused)
 #   scripts/services.sh down     stop what `up` started (pid files in the run dir), nothing else
 #   scripts/services.sh status   say what answers and what `up` started
-#   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool)
+#   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool, chromium)
 #
 # Knobs (environment, defaults in brackets):
 #   RAGBOT_SERVICES       which services up/down/status handle ["redis es"]
@@ -403,8 +403,11 @@ deps() {
     need_cmd curl curl
     need_cmd unzip unzip
     need_cmd promtool prometheus
+    # The web UI's browser tests drive Debian's Chromium through its chromedriver.
+    need_cmd chromium chromium
+    need_cmd chromedriver chromium-driver
     es_need_java >/dev/null
-    log "deps: redis-server, redis-cli, curl, unzip, promtool and a JDK are present"
+    log "deps: redis-server, redis-cli, curl, unzip, promtool, chromium, chromedriver and a JDK are present"
 }
 
 for_each() {

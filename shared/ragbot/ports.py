@@ -63,6 +63,12 @@ class SearchStore(Protocol):
     async def page_state(self, *, page_id: int) -> PageState | None:
         """The indexed revision, paragraph count and last update of a page, or None."""
 
+    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
+        """Indexed pages by ascending page id: newest revision, paragraphs, title, last update.
+
+        ``paragraphs_per_model`` stays empty here (``page_state`` has it, per page).
+        """
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """Every paragraph of a page in paragraph order (score 0)."""
 

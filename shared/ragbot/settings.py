@@ -61,6 +61,10 @@ class ModelSettings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     embed_batch_size: int = Field(default=32, ge=1, le=4096)
     query_cache_size: int = Field(default=4096, ge=0)
+    # Threads torch uses for embedding and reranking on a CPU (0: torch's default, one per core). On a
+    # box shared with Elasticsearch or the worker, 1 keeps a short query's latency steady: with every
+    # core busy, torch's threads wait on each other.
+    torch_threads: int = Field(default=0, ge=0, le=256)
 
 
 class IngestSettings(BaseSettings):
@@ -149,6 +153,10 @@ class ChatSettings(BaseSettings):
     port: int = 8003
     retriever_url: str = "http://127.0.0.1:8002"
     retriever_timeout_s: float = Field(default=30.0, gt=0)
+    # The ingest service, for the web UI's documents page (uploads, jobs, indexed pages) and how long
+    # the UI's proxy waits for it (uploads included).
+    ingest_url: str = "http://127.0.0.1:8001"
+    ingest_timeout_s: float = Field(default=120.0, gt=0)
     # The LLM: the embedded llama.cpp runtime (no server needed), Ollama, or any OpenAI-compatible server.
     llm_backend: Literal["llamacpp", "ollama", "openai"] = "llamacpp"
     # Model name sent to the server (ollama/openai); for llamacpp only a label (empty: the file's name).
@@ -162,8 +170,9 @@ class ChatSettings(BaseSettings):
     llm_total_timeout_s: float = Field(default=300.0, gt=0)
     llm_max_tokens: int = Field(default=512, ge=1, le=32768)
     llm_temperature: float = Field(default=0.2, ge=0.0, le=2.0)
-    # Embedded llama.cpp: a GGUF file (empty: the packaged SmolLM2-135M-Instruct), threads (0: auto),
-    # parallel slots and context tokens per slot.
+    # Embedded llama.cpp: a GGUF file (empty: the packaged SmolLM2-135M-Instruct), threads (0: half the
+    # CPUs, so other processes on the machine do not stall llama.cpp), parallel slots and context tokens
+    # per slot.
     llamacpp_model_path: Path | None = None
     llamacpp_threads: int = Field(default=0, ge=0, le=256)
     llamacpp_parallel: int = Field(default=4, ge=1, le=64)
@@ -191,6 +200,9 @@ class ChatSettings(BaseSettings):
     relevance_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
     # Characters of paragraph text per answer (empty: 1000 for the small embedded model, 8000 otherwise).
     context_max_chars: int | None = Field(default=None, ge=200)
+    # Characters of earlier turns sent with a follow-up and its rewrite (empty: 600 for the embedded
+    # model, 6000 otherwise); the oldest turns go first, then answers are clipped.
+    history_max_chars: int | None = Field(default=None, ge=0)
     # The document field whose text goes to the LLM (the definition's field_for_llm).
     document_text_field: str = "content"
     rewrite_followups: bool = True
@@ -202,6 +214,28 @@ class ChatSettings(BaseSettings):
     available_models: list[str] = Field(default_factory=list)
     models_without_temperature: list[str] = Field(default_factory=list)
     max_num_of_pages: int = Field(default=10, ge=1, le=100)
+    # Kol-Zchut widget endpoints (/kzchatbot/v0/*, what the KZChatbot React app calls): questions per
+    # uuid per day, uuid (cookie) lifetime in days, percent of new uuids shown the chatbot, banned words
+    # or phrases (403), longest rating text, the time zone whose midnight resets the daily count, and
+    # the browser origins CORS allows on these routes (empty: same origin only).
+    widget_daily_questions: int = Field(default=100, ge=0, le=100000)
+    widget_cookie_days: int = Field(default=365, ge=1, le=3650)
+    widget_shown_percent: int = Field(default=100, ge=0, le=100)
+    widget_banned_words: list[str] = Field(default_factory=list)
+    widget_feedback_chars: int = Field(default=1000, ge=1, le=100000)
+    widget_timezone: str = "UTC"
+    widget_cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("widget_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as Asia/Jerusalem)") from None
+        return value
 
     @property
     def context_budget_chars(self) -> int:
@@ -209,6 +243,13 @@ class ChatSettings(BaseSettings):
         if self.context_max_chars is not None:
             return self.context_max_chars
         return 1000 if self.llm_backend == "llamacpp" else 8000
+
+    @property
+    def history_budget_chars(self) -> int:
+        """Characters of earlier turns per prompt: the setting, else a default that suits the backend."""
+        if self.history_max_chars is not None:
+            return self.history_max_chars
+        return 600 if self.llm_backend == "llamacpp" else 6000
 
 
 class ObservabilitySettings(BaseSettings):

@@ -3,6 +3,7 @@ over real HTTP with real Redis and real retrieval; the LLM is a scripted fake.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -208,3 +209,36 @@ def test_search_with_the_llm_down_is_a_503_that_says_so(http: httpx.Client, serv
         server.llm.state = "up"
     assert response.status_code == 503
     assert response.json()["dependency"] == "llm" and "down" in response.json()["detail"]
+
+
+def test_a_model_without_temperature_gets_none_sent(redis_url: str) -> None:
+    llm = ScriptedLLM(script)
+    with (
+        chat_server(
+            llm=llm,
+            redis_url=redis_url,
+            available_models=["fake-model", "o1"],
+            models_without_temperature=["o1"],
+        ) as running,
+        httpx.Client(base_url=running.url, timeout=60) as http,
+    ):
+        meta = http.get("/get_config_metadata").json()["available_models"]
+        assert meta == {"fake-model": {"supports_temperature": True}, "o1": {"supports_temperature": False}}
+        search(http, rephrase=True)
+        assert [(c.model, c.temperature) for c in llm.calls] == [("fake-model", 0.0), ("fake-model", 0.2)]
+        config = http.get("/get_config").json()
+        assert http.post("/set_config", json={**config, "model": "o1", "temperature": 0.9}).status_code == 200
+        llm.calls.clear()
+        search(http, rephrase=True)
+        assert [(c.model, c.temperature) for c in llm.calls] == [("o1", None), ("o1", None)]
+
+
+def test_a_search_whose_client_gave_up_stops_generating(redis_url: str) -> None:
+    llm = ScriptedLLM(lambda _: " ".join(["מילה"] * 400), delay_s=0.02)
+    with chat_server(llm=llm, redis_url=redis_url) as running:
+        with httpx.Client(base_url=running.url, timeout=1.5) as http, pytest.raises(httpx.ReadTimeout):
+            http.post("/search", json={"query": QUERY, "asked_from": "testing interface"})
+        deadline = time.monotonic() + 15
+        while not (llm.calls and llm.calls[-1].closed_early) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert llm.calls[-1].closed_early is True and llm.calls[-1].pieces_sent < 400

@@ -43,6 +43,13 @@ async def test_it_streams_real_tokens_and_reports_usage(llm: LlamaCppChatModel) 
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_request_without_temperature_is_accepted(llm: LlamaCppChatModel) -> None:
+    stream = llm.stream(messages=[ChatMessage("user", "Say hello.")], max_tokens=4, temperature=None)
+    assert await complete(stream)
+    assert stream.usage.reported is True and 1 <= stream.usage.completion_tokens <= 4
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_closing_the_stream_stops_generation(llm: LlamaCppChatModel) -> None:
     before = llm.server_metrics()["llamacpp:tokens_predicted_total"]
     stream = llm.stream(messages=[ChatMessage("user", "Count from 1 to 500, one per line.")], max_tokens=400)

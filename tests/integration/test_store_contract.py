@@ -249,6 +249,35 @@ async def test_page_state_of_unknown_page_is_none(store: SearchStore) -> None:
     assert await store.page_paragraphs(page_id=424242) == []
 
 
+async def test_list_pages_walks_every_page_by_id_with_its_newest_revision(store: SearchStore) -> None:
+    assert await store.list_pages() == []
+    for page_id, count in [(5, 3), (2, 1), (3000, 2), (9, 4)]:  # 3000 lives in another bucket index
+        await replace(store, page(page_id, 1, count))
+    await replace(store, page(9, 2, 2, title="Renamed"))
+    listed = await store.list_pages(limit=10)
+    assert [(p.page_id, p.revision_id, p.paragraphs, p.title) for p in listed] == [
+        (2, 1, 1, "Page 2"),
+        (5, 1, 3, "Page 5"),
+        (9, 2, 2, "Renamed"),
+        (3000, 1, 2, "Page 3000"),
+    ]
+    for listed_state in listed:
+        state = await store.page_state(page_id=listed_state.page_id)
+        assert state is not None and listed_state.last_update == state.last_update
+        assert listed_state.last_update is not None and listed_state.last_update.tzinfo is not None
+        assert listed_state.paragraphs_per_model == {}
+    assert [p.page_id for p in await store.list_pages(limit=2, offset=1)] == [5, 9]
+    assert [p.page_id for p in await store.list_pages(limit=1, offset=3)] == [3000]
+    assert await store.list_pages(limit=5, offset=4) == []
+    assert await store.list_pages(limit=5, offset=400) == []
+    with pytest.raises(ValidationFailed):
+        await store.list_pages(limit=0)
+    with pytest.raises(ValidationFailed):
+        await store.list_pages(offset=-1)
+    await store.delete_page(page_id=5)
+    assert [p.page_id for p in await store.list_pages()] == [2, 9, 3000]
+
+
 async def _corpus(store: SearchStore) -> dict[str, dict[str, Vector]]:
     """20 pages x 3 paragraphs with random vectors; returns doc id -> vectors."""
     written: dict[str, dict[str, Vector]] = {}

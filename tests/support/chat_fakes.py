@@ -43,7 +43,7 @@ class LLMCall:
     """One ``stream`` call as the fake saw it."""
 
     messages: list[ChatMessage]
-    temperature: float
+    temperature: float | None
     max_tokens: int
     model: str | None
     closed_early: bool = False
@@ -85,7 +85,7 @@ class ScriptedLLM:
         self,
         *,
         messages: Sequence[ChatMessage],
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int = 512,
         model: str | None = None,
     ) -> TokenStream:

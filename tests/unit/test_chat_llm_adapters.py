@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from support.chat_fakes import FakeOllama, FakeOpenAI, ScriptedLLM
 from support.processes import free_port
 
 from ragbot.llms import LLMError, build_llm, complete, with_timeouts
-from ragbot.llms.llamacpp import LlamaCppChatModel, packaged_model_path
+from ragbot.llms.llamacpp import LlamaCppChatModel, chat_body, default_threads, packaged_model_path
 from ragbot.llms.ollama import OllamaChatModel
 from ragbot.llms.openai_compat import OpenAICompatChatModel
 from ragbot.ports import ChatMessage, ChatModel
@@ -43,6 +44,14 @@ async def test_ollama_streams_pieces_and_reports_usage() -> None:
         {"role": "user", "content": "Hi?"},
     ]
     assert body["options"] == {"temperature": 0.3, "num_predict": 42}
+
+
+async def test_ollama_sends_no_temperature_when_the_model_takes_none() -> None:
+    with FakeOllama() as server:
+        llm = OllamaChatModel(model="qwen2.5:3b-instruct", host=server.url)
+        assert await complete(llm.stream(messages=MESSAGES, temperature=None, max_tokens=9)) == "Hello [1]"
+        await llm.close()
+    assert server.requests[-1][2]["options"] == {"num_predict": 9}
 
 
 async def test_ollama_unknown_model_is_an_llm_error_naming_it() -> None:
@@ -97,6 +106,17 @@ async def test_openai_compat_streams_sse_with_usage_and_auth() -> None:
     assert headers["Authorization"] == "Bearer sk-test"
 
 
+async def test_openai_compat_sends_no_temperature_when_the_model_takes_none() -> None:
+    with FakeOpenAI() as server:
+        llm = OpenAICompatChatModel(model="o1", base_url=server.url + "/v1")
+        assert await complete(llm.stream(messages=MESSAGES, temperature=None, max_tokens=5)) == "Hello [1]"
+        assert await complete(llm.stream(messages=MESSAGES, temperature=0.0)) == "Hello [1]"
+        await llm.close()
+    without, with_zero = server.requests[0][2], server.requests[1][2]
+    assert "temperature" not in without and without["max_tokens"] == 5 and without["model"] == "o1"
+    assert with_zero["temperature"] == 0.0
+
+
 async def test_openai_compat_errors_become_llm_errors() -> None:
     with FakeOpenAI() as server:
         server.status = 503
@@ -140,6 +160,22 @@ def test_the_factory_picks_the_configured_backend_and_loads_nothing() -> None:
     assert embedded.model == "SmolLM2-135M-Instruct.Q4_1"
     for llm in (ollama, openai, embedded, ScriptedLLM()):
         assert isinstance(llm, ChatModel)
+
+
+def test_the_llamacpp_request_carries_a_temperature_only_when_given() -> None:
+    body = chat_body(messages=MESSAGES, temperature=None, max_tokens=3, cache_prompt=True)
+    assert "temperature" not in body and body["max_tokens"] == 3 and body["stream"] is True
+    assert body["messages"][-1] == {"role": "user", "content": "Hi?"}
+    assert (
+        chat_body(messages=MESSAGES, temperature=0.0, max_tokens=3, cache_prompt=False)["temperature"] == 0.0
+    )
+
+
+def test_llamacpp_threads_leave_cpus_to_the_other_processes() -> None:
+    available = len(os.sched_getaffinity(0))
+    assert default_threads() == max(1, available // 2)
+    configured = build_llm(settings=ChatSettings(llamacpp_threads=3))
+    assert isinstance(configured, LlamaCppChatModel) and configured.threads == 3
 
 
 def test_the_packaged_gguf_is_found_without_importing_its_package() -> None:

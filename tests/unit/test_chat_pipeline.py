@@ -317,6 +317,43 @@ async def test_history_sent_to_the_llm_is_capped() -> None:
     assert contents == ["q3", "a3", "q4", "a4"]
 
 
+async def test_history_is_budgeted_in_the_answer_and_the_rewrite_prompts() -> None:
+    pipeline, llm, *_ = make(DOCS, history_turns=3, history_max_chars=30)
+    history = [HistoryTurn("old question", "x" * 100), HistoryTurn("recent q", "y" * 100)]
+    await run(pipeline, question="And then?", history=history)
+    rewrite_prompt, answer_messages = llm.calls[0].messages[0].content, llm.calls[1].messages
+    # The newest turn comes first: its question whole, its answer clipped; the older turn does not fit.
+    assert [m.content for m in answer_messages[1:-1]] == ["recent q", "y" * 22 + "…"]
+    assert "recent q" in rewrite_prompt and "y" * 22 + "…" in rewrite_prompt
+    assert "old question" not in rewrite_prompt and "y" * 23 not in rewrite_prompt
+
+
+def test_history_budget_defaults_follow_the_backend() -> None:
+    assert ChatSettings().history_budget_chars == 600
+    assert ChatSettings(llm_backend="openai").history_budget_chars == 6000
+    assert ChatSettings(llm_backend="openai", history_max_chars=0).history_budget_chars == 0
+    pipeline, *_ = make(history_max_chars=0)
+    assert pipeline.recent_history([HistoryTurn("q", "a")], keep=3) == []
+
+
+async def test_models_without_temperature_get_none_sent_for_answers_and_rewrites() -> None:
+    pipeline, llm, *_ = make(DOCS, llm_temperature=0.3, models_without_temperature=["fake-model"])
+    await run(pipeline, question="And then?", history=[HistoryTurn("q", "a")], temperature=0.7)
+    assert len(llm.calls) == 2 and [c.temperature for c in llm.calls] == [None, None]
+    # A per-request model (the Kol-Zchut config's) is what decides, not the adapter's default model.
+    pipeline, llm, *_ = make(DOCS, models_without_temperature=["o1"])
+    await run(pipeline, model="o1", temperature=0.7)
+    await run(pipeline, model="other", temperature=0.7)
+    await run(pipeline)
+    assert [c.temperature for c in llm.calls] == [None, 0.7, 0.2]
+
+
+async def test_rewrites_run_at_temperature_zero_whatever_the_answer_temperature() -> None:
+    pipeline, llm, *_ = make(DOCS)
+    await run(pipeline, question="And then?", history=[HistoryTurn("q", "a")], temperature=0.9)
+    assert [c.temperature for c in llm.calls] == [0.0, 0.9]
+
+
 async def test_banned_fields_never_reach_the_llm() -> None:
     pipeline, llm, *_ = make(DOCS)
     await run(pipeline, banned_fields=["title"])

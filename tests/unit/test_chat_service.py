@@ -64,6 +64,39 @@ async def test_pings_fill_silences_and_closing_closes_the_source() -> None:
     await asyncio.wait_for(closed.wait(), timeout=2)
 
 
+async def test_a_json_answer_is_cancelled_when_its_client_leaves() -> None:
+    cancelled = asyncio.Event()
+    polls = 0
+
+    async def answer(value: str, delay_s: float) -> str:
+        try:
+            await asyncio.sleep(delay_s)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return value
+
+    async def gone_on_second_poll() -> bool:
+        nonlocal polls
+        polls += 1
+        return polls >= 2
+
+    async def never_gone() -> bool:
+        return False
+
+    quick = await service.unless_disconnected(answer("ok", 0.0), disconnected=gone_on_second_poll)
+    assert quick == "ok" and polls == 0 and not cancelled.is_set()
+    slow = answer("late", 3600)
+    assert await service.unless_disconnected(slow, disconnected=gone_on_second_poll, every_s=0.01) is None
+    assert cancelled.is_set() and polls == 2
+    with pytest.raises(ValidationFailed):
+        await service.unless_disconnected(_refuse(), disconnected=never_gone, every_s=0.01)
+
+
+async def _refuse() -> str:
+    raise ValidationFailed("query must not be empty", field="query")
+
+
 def test_openai_messages_become_a_question_and_history() -> None:
     res = resources()
     request = service.openai_turn(

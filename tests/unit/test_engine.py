@@ -123,6 +123,9 @@ class FakeStore:
     async def page_state(self, *, page_id: int) -> PageState | None:
         return None
 
+    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
+        return []
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         return [self._hit(p, 0.0) for p in self.paragraphs if p.page_id == page_id]
 

@@ -105,6 +105,12 @@ class FakeStore:
     async def page_state(self, *, page_id: int) -> PageState | None:
         return self.pages.get(page_id)
 
+    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
+        return [self.pages[k] for k in sorted(self.pages)][offset : offset + limit]
+
+    async def count(self) -> int:
+        return sum(p.paragraphs for p in self.pages.values())
+
     async def close(self) -> None:
         return None
 
@@ -290,6 +296,17 @@ def test_page_state_comes_from_the_store(world: World) -> None:
     assert world.client.get("/v1/pages/5").json()["paragraphs_per_model"] == {"m": 3}
     missing = world.client.get("/v1/pages/6")
     assert missing.status_code == 404 and "not indexed" in missing.json()["detail"]
+
+
+def test_indexed_pages_are_listed_by_id_in_windows(world: World) -> None:
+    for page_id in (9, 2, 5):
+        world.store.pages[page_id] = PageState(page_id=page_id, revision_id=1, paragraphs=page_id, title="t")
+    body = world.client.get("/v1/pages", params={"limit": 2, "offset": 1}).json()
+    assert [p["page_id"] for p in body["pages"]] == [5, 9]
+    assert (body["limit"], body["offset"], body["indexed_paragraphs"]) == (2, 1, 16)
+    assert world.client.get("/v1/pages").json()["limit"] == 100
+    assert world.client.get("/v1/pages", params={"limit": 0}).status_code == 422
+    assert world.client.get("/v1/pages", params={"offset": -1}).status_code == 422
 
 
 def test_health_readiness_and_metrics_by_route_template(world: World) -> None:

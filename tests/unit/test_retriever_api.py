@@ -110,6 +110,9 @@ class SwitchableStore:
     async def page_state(self, *, page_id: int) -> PageState | None:
         return None
 
+    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
+        return []
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         return []
 

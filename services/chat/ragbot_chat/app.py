@@ -23,8 +23,10 @@ from ragbot.llms import LLM, build_llm
 from ragbot.observability.http import setup_observability
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
+from ragbot_chat import widget
 from ragbot_chat.deps import Resources
 from ragbot_chat.routes import kolzchut_router, openai_router, router
+from ragbot_chat.ui import install_ui
 
 logger = logging.getLogger(__name__)
 SERVICE = "chat"
@@ -146,4 +148,6 @@ def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(openai_router)
     app.include_router(kolzchut_router)
+    widget.install(app)
+    install_ui(app)
     return app

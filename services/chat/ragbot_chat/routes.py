@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
@@ -52,6 +52,7 @@ async def post_message(
     session_id: str,
     body: MessageCreate,
     res: ResourcesDep,
+    http_request: Request,
     stream: bool = Query(default=True, description="false: one JSON body instead of Server-Sent Events"),
     debug: bool = Query(default=False, description="include retrieval and rewrite debug in `sources`"),
 ) -> Response:
@@ -67,7 +68,12 @@ async def post_message(
             media_type="text/event-stream",
             headers=dict(service.SSE_HEADERS),
         )
-    sources, done, error = await service.collect(events)
+    collected = await service.unless_disconnected(
+        service.collect(events), disconnected=http_request.is_disconnected
+    )
+    if collected is None:
+        return Response(status_code=service.CLIENT_GONE)
+    sources, done, error = collected
     answer = service.answer_response(
         request=request, message_id=message_id, session_id=session_id, sources=sources, done=done, error=error
     )
@@ -99,7 +105,7 @@ class ChatCompletionRequest(BaseModel):
 
 
 @openai_router.post("/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep) -> Response:
+async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep, http_request: Request) -> Response:
     """Answer the last user message with retrieval and citations, in OpenAI's shapes."""
     request = service.openai_turn(res=res, messages=body.messages, mode=body.mode)
     completion_id = f"chatcmpl-{new_id()}"
@@ -112,7 +118,12 @@ async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep) -> Re
             media_type="text/event-stream",
             headers=dict(service.SSE_HEADERS),
         )
-    sources, done, error = await service.collect(events)
+    collected = await service.unless_disconnected(
+        service.collect(events), disconnected=http_request.is_disconnected
+    )
+    if collected is None:
+        return Response(status_code=service.CLIENT_GONE)
+    sources, done, error = collected
     if error is not None or done is None:
         status = service.error_status(error) if error is not None else 500
         message = error.message if error is not None else "no answer"
@@ -141,11 +152,18 @@ async def list_models() -> dict[str, Any]:
 async def search(
     body: SearchRequest,
     res: ResourcesDep,
+    http_request: Request,
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
-) -> JSONResponse:
+) -> Response:
     """KZChatbot's question: ``{gpt_result, docs, conversation_id}`` (plus debug fields when asked)."""
     client = forwarded_for.split(",")[0].strip()[:64] if forwarded_for else None
-    status, payload = await service.kolzchut_search(res=res, body=body, forwarded_for=client)
+    answered = await service.unless_disconnected(
+        service.kolzchut_search(res=res, body=body, forwarded_for=client),
+        disconnected=http_request.is_disconnected,
+    )
+    if answered is None:
+        return Response(status_code=service.CLIENT_GONE)
+    status, payload = answered
     return JSONResponse(payload, status_code=status)
 
 

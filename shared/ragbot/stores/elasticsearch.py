@@ -50,6 +50,7 @@ from ragbot.stores.common import (
     check_field_types,
     check_k,
     check_vector,
+    check_window,
     parse_last_update,
     prepare_source,
     query_tokens,
@@ -58,12 +59,39 @@ from ragbot.stores.common import (
     validate_filters,
     validate_paragraphs,
 )
-from ragbot.stores.mapping import index_name, index_pattern, index_template, template_name
+from ragbot.stores.mapping import SOURCE_EXCLUDES, index_name, index_pattern, index_template, template_name
 
 logger = logging.getLogger(__name__)
-_SOURCE_EXCLUDES = ["*_vectors", f"*{BM25_SUFFIX}"]
+_SOURCE_EXCLUDES = list(SOURCE_EXCLUDES)
 _PAGE_SIZE = 1000
 _DEPENDENCY = "elasticsearch"
+
+
+# Per page bucket of list_pages: the newest revision, its first paragraph's title, its last update.
+_LATEST_REVISION: dict[str, Any] = {
+    "revisions": {
+        "terms": {"field": "revision_id", "size": 1, "order": {"_key": "desc"}},
+        "aggs": {
+            "first": {"top_hits": {"size": 1, "sort": [{"paragraph": "asc"}], "_source": ["title"]}},
+            "latest": {"max": {"field": "last_update"}},
+        },
+    }
+}
+
+
+def _listed_state(bucket: Mapping[str, Any]) -> PageState:
+    """A PageState from one composite bucket of list_pages."""
+    revision = bucket["revisions"]["buckets"][0]
+    first = revision["first"]["hits"]["hits"]
+    title = first[0]["_source"].get("title") if first else None
+    latest = revision["latest"].get("value_as_string")
+    return PageState(
+        page_id=int(bucket["key"]["page_id"]),
+        revision_id=int(revision["key"]),
+        paragraphs=int(revision["doc_count"]),
+        last_update=parse_last_update(latest),
+        title=str(title) if title is not None else None,
+    )
 
 
 def _filter_clauses(filters: Sequence[Filter]) -> list[dict[str, Any]]:
@@ -313,6 +341,48 @@ class ElasticsearchStore:
             title=str(title) if title is not None else None,
         )
 
+    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
+        """Pages by ascending id through a composite aggregation on page_id (paged with ``after``).
+
+        Composite buckets have no offset: the first ``offset`` page ids are walked without
+        sub-aggregations, then one request reads the window with each page's newest revision.
+        """
+        check_window(limit=limit, offset=offset)
+        after: dict[str, Any] | None = None
+        skipped = 0
+        async with self._errors("listing pages"):
+            while skipped < offset:
+                size = min(_PAGE_SIZE, offset - skipped)
+                buckets = await self._page_buckets(size=size, after=after, sub_aggs=None)
+                if not buckets:
+                    return []
+                skipped += len(buckets)
+                after = buckets[-1]["key"]
+                if len(buckets) < size:
+                    return []
+            states: list[PageState] = []
+            while len(states) < limit:
+                size = min(_PAGE_SIZE, limit - len(states))
+                buckets = await self._page_buckets(size=size, after=after, sub_aggs=_LATEST_REVISION)
+                states.extend(_listed_state(b) for b in buckets)
+                if len(buckets) < size:
+                    break
+                after = buckets[-1]["key"]
+        return states
+
+    async def _page_buckets(
+        self, *, size: int, after: dict[str, Any] | None, sub_aggs: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        composite: dict[str, Any] = {"size": size, "sources": [{"page_id": {"terms": {"field": "page_id"}}}]}
+        if after is not None:
+            composite["after"] = after
+        agg: dict[str, Any] = {"composite": composite}
+        if sub_aggs is not None:
+            agg["aggs"] = sub_aggs
+        resp = await self._client.search(index=self._pattern, size=0, aggs={"pages": agg})
+        buckets: list[dict[str, Any]] = (resp.get("aggregations") or {}).get("pages", {}).get("buckets", [])
+        return buckets
+
     def _hit(self, raw: Mapping[str, Any], score: float) -> SearchHit:
         return SearchHit(doc_id=str(raw["_id"]), score=score, source=strip_internal(raw.get("_source") or {}))
 
@@ -367,7 +437,7 @@ class ElasticsearchStore:
             knn["filter"] = _filter_clauses(checked)
         async with self._errors(f"kNN on {vector_field}"):
             resp = await self._client.search(
-                index=self._pattern, knn=knn, size=k, source_excludes=_SOURCE_EXCLUDES
+                index=self._pattern, knn=knn, size=k, source_excludes=_SOURCE_EXCLUDES, track_total_hits=False
             )
         # Elasticsearch scores cosine as (1 + cos) / 2; the seed's scale is cos + 1.
         return [self._hit(h, min(2.0, max(0.0, 2.0 * float(h["_score"])))) for h in resp["hits"]["hits"]]
@@ -396,6 +466,7 @@ class ElasticsearchStore:
                 size=k,
                 source_excludes=_SOURCE_EXCLUDES,
                 search_type="dfs_query_then_fetch",
+                track_total_hits=False,  # no hit count: lets Lucene skip blocks that cannot make the top k
             )
         return [self._hit(h, float(h["_score"])) for h in resp["hits"]["hits"]]
 

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -53,6 +54,7 @@ from ragbot.stores.common import (
     check_field_types,
     check_k,
     check_vector,
+    check_window,
     dumps_source,
     parse_last_update,
     prepare_source,
@@ -675,6 +677,32 @@ class EmbeddedStore:
 
         return await self._run(state)
 
+    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
+        """Pages by ascending id: one grouped scan picks the window, then its rows' titles and dates."""
+        check_window(limit=limit, offset=offset)
+
+        def fetch() -> list[PageState]:
+            conn = self._conn()
+            with self._snapshot(conn):
+                window = conn.execute(
+                    "SELECT page_id, MAX(revision_id) FROM paragraphs GROUP BY page_id "
+                    "ORDER BY page_id LIMIT ? OFFSET ?",
+                    (limit, offset),
+                ).fetchall()
+                rows: list[tuple[int, int, int, Any, Any]] = []
+                for chunk in _chunks([page_id for page_id, _ in window]):
+                    rows.extend(
+                        conn.execute(
+                            "SELECT page_id, revision_id, paragraph, json_extract(source, '$.title'), "
+                            "json_extract(source, '$.last_update') FROM paragraphs "
+                            f"WHERE page_id IN ({_marks(len(chunk))})",
+                            chunk,
+                        ).fetchall()
+                    )
+            return _page_states(window, rows)
+
+        return await self._run(fetch)
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """Every paragraph of the page in paragraph order (score 0)."""
 
@@ -819,6 +847,39 @@ class EmbeddedStore:
                 logger.warning("closing an embedded store connection failed: %s", exc)
         with self._state_lock:
             self._derived = _Derived()
+
+
+def _page_states(
+    window: Sequence[tuple[int, int]], rows: Iterable[tuple[int, int, int, Any, Any]]
+) -> list[PageState]:
+    """PageStates of the listed (page, revision) pairs from their paragraphs' titles and dates."""
+    newest = dict(window)
+    counts: Counter[int] = Counter()
+    first: dict[int, tuple[int, Any]] = {}
+    updates: dict[int, list[datetime]] = {}
+    for page_id, revision_id, number, title, last_update in rows:
+        if revision_id != newest.get(page_id):  # only the newest revision counts, as in page_state
+            continue
+        counts[page_id] += 1
+        if page_id not in first or number < first[page_id][0]:
+            first[page_id] = (number, title)
+        parsed = parse_last_update(last_update)
+        if parsed is not None:
+            updates.setdefault(page_id, []).append(parsed)
+    states = []
+    for page_id, revision_id in window:
+        title = first.get(page_id, (0, None))[1]
+        dates = updates.get(page_id)
+        states.append(
+            PageState(
+                page_id=int(page_id),
+                revision_id=int(revision_id),
+                paragraphs=counts[page_id],
+                last_update=max(dates) if dates else None,
+                title=str(title) if title is not None else None,
+            )
+        )
+    return states
 
 
 def _filter_value(ftype: str, value: Any) -> str | int | None:

@@ -23,6 +23,9 @@ from ragbot.errors import ConfigurationError
 from ragbot.settings import StoreSettings
 from ragbot.stores.common import BM25_SUFFIX, text_fields_of
 
+# Fields indexed for search but never stored in _source nor returned.
+SOURCE_EXCLUDES = ("*_vectors", f"*{BM25_SUFFIX}")
+
 PAGES_PER_INDEX = 1000
 _SCALAR_TYPES = {"keyword", "integer", "long", "float", "boolean"}
 
@@ -89,6 +92,9 @@ def index_template(
             },
             "mappings": {
                 "dynamic": False,
+                # Vectors and the analysed BM25 copies are indexed but not kept in _source: no reader
+                # needs them back, and every hit would otherwise parse kilobytes of floats.
+                "_source": {"excludes": list(SOURCE_EXCLUDES)},
                 "properties": properties(
                     definition=definition, dimensions=dimensions, vector_search=settings.vector_search
                 ),

@@ -1,0 +1,195 @@
+"""The web UI: three pages (chat ``/``, documents ``/documents``, admin ``/admin``) as static files, and
+thin same-origin proxies to the ingest service and the retriever so the browser talks only to chat.
+
+The pages are plain HTML, JavaScript modules and CSS under ``static/`` (no build step, nothing from a
+CDN). The chat page uses the own API (``/v1/sessions``...) and the admin page the Kol-Zchut
+``/get_config`` / ``/set_config`` routes directly; documents and retrieval debug go through
+``/ui/api/ingest/...`` and ``/ui/api/retrieve``, which forward an allow-listed set of calls with httpx
+(uploads streamed through, not buffered: the ingest service enforces its own caps).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from ragbot.errors import DependencyUnavailable, NotFound
+from ragbot.observability.logging import get_request_id
+from ragbot_chat.deps import ResourcesDep
+
+STATIC_DIR = Path(__file__).parent / "static"
+STATIC_PREFIX = "/ui/static"
+PAGES = {"/": "index.html", "/documents": "documents.html", "/admin": "admin.html"}
+# The pages render LLM output and uploaded titles: scripts, styles and calls stay on this origin.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+_JOB = r"[A-Za-z0-9._:-]{1,200}"
+# What the documents and admin pages may ask of ingest: (method, path below /ui/api/ingest/).
+INGEST_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("POST", re.compile(r"v1/documents")),
+    ("GET", re.compile(r"v1/pages")),
+    ("GET", re.compile(r"v1/pages/\d{1,12}")),
+    ("GET", re.compile(r"v1/jobs")),
+    ("GET", re.compile(rf"v1/jobs/{_JOB}")),
+    ("POST", re.compile(rf"v1/jobs/{_JOB}/retry")),
+)
+# Request headers passed on; everything else (cookies, auth, hop-by-hop) stays here.
+_FORWARD_HEADERS = ("content-type", "content-length", "accept")
+
+router = APIRouter(tags=["ui"], include_in_schema=False)
+api_router = APIRouter(prefix="/ui/api", tags=["ui"])
+
+
+class UiProxy:
+    """One pooled httpx client for the UI's calls to ingest and the retriever, closed with the app."""
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._client = httpx.AsyncClient(transport=transport, follow_redirects=False)
+
+    async def forward(
+        self,
+        *,
+        method: str,
+        url: str,
+        dependency: str,
+        timeout_s: float,
+        headers: dict[str, str],
+        params: httpx.QueryParams | None = None,
+        content: AsyncIterator[bytes] | bytes | None = None,
+    ) -> Response:
+        """Send one request upstream; its status, body and content type come back as they are."""
+        try:
+            upstream = await self._client.request(
+                method, url, headers=headers, params=params, content=content, timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise DependencyUnavailable(
+                f"the {dependency} service at {url} did not answer: {exc!r}", dependency=dependency
+            ) from None
+        return Response(
+            content=upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+        )
+
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+
+def get_proxy(request: Request) -> UiProxy:
+    """The app's proxy (503 until the lifespan opened it)."""
+    proxy: UiProxy | None = getattr(request.app.state, "ui_proxy", None)
+    if proxy is None:
+        raise DependencyUnavailable("the chat service is still starting", dependency="chat")
+    return proxy
+
+
+ProxyDep = Annotated[UiProxy, Depends(get_proxy)]
+
+
+def _page_route(filename: str) -> Callable[[], Any]:
+    async def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / filename, media_type="text/html", headers=PAGE_HEADERS)
+
+    page.__doc__ = f"The web UI page {filename}."
+    return page
+
+
+for _path, _file in PAGES.items():
+    router.add_api_route(_path, _page_route(_file), methods=["GET"], name=f"ui:{_file}")
+
+
+def forwarded_headers(request: Request) -> dict[str, str]:
+    """The request headers ingest and the retriever need, plus our request id for their logs."""
+    headers = {k: v for k in _FORWARD_HEADERS if (v := request.headers.get(k)) is not None}
+    rid = get_request_id()
+    if rid:
+        headers["X-Request-ID"] = rid
+    return headers
+
+
+def ingest_allowed(method: str, path: str) -> bool:
+    """True when the UI may make this call to ingest."""
+    return any(m == method and pattern.fullmatch(path) for m, pattern in INGEST_ROUTES)
+
+
+@api_router.api_route("/ingest/{path:path}", methods=["GET", "POST"])
+async def ingest_proxy(path: str, request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
+    """Uploads, jobs, retries and the page list, forwarded to the ingest service."""
+    if not ingest_allowed(request.method, path):
+        raise NotFound(f"the web UI does not forward {request.method} /{path} to ingest")
+    body = request.stream() if request.method == "POST" else None
+    return await proxy.forward(
+        method=request.method,
+        url=f"{res.settings.ingest_url.rstrip('/')}/{path}",
+        dependency="ingest",
+        timeout_s=res.settings.ingest_timeout_s,
+        headers=forwarded_headers(request),
+        params=httpx.QueryParams(str(request.query_params)),
+        content=body,
+    )
+
+
+@api_router.post("/retrieve")
+async def retrieve_proxy(request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
+    """The retriever's ``POST /v1/retrieve`` (documents, per-stage debug and timings) for the admin page."""
+    return await proxy.forward(
+        method="POST",
+        url=f"{res.settings.retriever_url.rstrip('/')}/v1/retrieve",
+        dependency="retriever",
+        timeout_s=res.settings.retriever_timeout_s,
+        headers=forwarded_headers(request),
+        content=await request.body(),
+    )
+
+
+@api_router.get("/models")
+async def models_proxy(request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
+    """The retriever's dense models, for the admin page's index state."""
+    return await proxy.forward(
+        method="GET",
+        url=f"{res.settings.retriever_url.rstrip('/')}/v1/models",
+        dependency="retriever",
+        timeout_s=res.settings.retriever_timeout_s,
+        headers=forwarded_headers(request),
+    )
+
+
+def install_ui(app: FastAPI) -> None:
+    """Serve the pages and their static files, and open the proxy's client for the app's lifetime.
+
+    Tests put an ``httpx`` transport in ``app.state.ui_transport`` before the app starts.
+    """
+    app.include_router(router)
+    app.include_router(api_router)
+    app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="ui-static")
+    inner: Callable[[Any], AbstractAsyncContextManager[Any]] = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(scope_app: Any) -> AsyncIterator[Any]:
+        proxy = UiProxy(transport=getattr(app.state, "ui_transport", None))
+        app.state.ui_proxy = proxy
+        try:
+            async with inner(scope_app) as state:
+                yield state
+        finally:
+            app.state.ui_proxy = None
+            await proxy.close()
+
+    app.router.lifespan_context = lifespan
