@@ -25,7 +25,7 @@ setup: ## install uv if missing, then the whole workspace into .venv from uv.loc
 		|| python3 -m pip install --quiet --user --break-system-packages uv
 	@if [ -f uv.lock ]; then $(UV) sync --frozen; else $(UV) sync; fi
 
-deps: ## install Redis, curl, unzip, a JDK and promtool when missing (apt-get as root, else a message)
+deps: ## install Redis, curl, unzip, a JDK, promtool, chromium and chromedriver when missing (apt-get as root, else a message)
 	@bash scripts/services.sh deps
 
 run: setup ## start Redis and the four services locally, index the sample pages, print the URLs

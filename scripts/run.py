@@ -28,19 +28,15 @@ from types import FrameType
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from support.fake_wiki import FakeWiki, load_pages  # noqa: E402
-from support.processes import ServiceProcess  # noqa: E402
-
-from ragbot.settings import (  # noqa: E402
+from ragbot.devserver import LocalWiki, ServiceProcess, load_pages, local_service
+from ragbot.settings import (
     get_chat_settings,
     get_ingest_settings,
     get_retriever_settings,
     get_worker_settings,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_PORT = 6379
 SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
 START_TIMEOUT_S = 300.0
@@ -61,33 +57,33 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
+def _services_sh(action: str, owner: str) -> int:
+    """Run ``scripts/services.sh <action>`` for our Redis only, tagged with our owner."""
+    env = {
+        **os.environ,
+        "RAGBOT_SERVICES": "redis",
+        "REDIS_PORT": str(DEFAULT_REDIS_PORT),
+        "RAGBOT_SERVICES_OWNER": owner,
+    }
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "services.sh"), action], env=env, check=False
+    ).returncode
+
+
 def ensure_redis(owner: str) -> tuple[str, bool]:
     """The Redis URL to use, and whether this run started Redis (and so must stop it)."""
     url = os.environ.get("RAGBOT_REDIS_URL")
     if url:
         say(f"redis: using RAGBOT_REDIS_URL={url}")
         return url, False
-    env = {
-        **os.environ,
-        "RAGBOT_SERVICES": "redis",
-        "REDIS_PORT": str(DEFAULT_REDIS_PORT),
-        "RAGBOT_SERVICES_OWNER": owner,
-    }
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "up"], env=env, check=False)
-    if result.returncode != 0:
+    if _services_sh("up", owner) != 0:
         raise SystemExit("could not start Redis (see the message above), or set RAGBOT_REDIS_URL")
     return f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", True
 
 
 def stop_redis(owner: str) -> None:
     """Stop the Redis this run started (services.sh only stops what carries our owner tag)."""
-    env = {
-        **os.environ,
-        "RAGBOT_SERVICES": "redis",
-        "REDIS_PORT": str(DEFAULT_REDIS_PORT),
-        "RAGBOT_SERVICES_OWNER": owner,
-    }
-    subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), "down"], env=env, check=False)
+    _services_sh("down", owner)
 
 
 def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
@@ -115,47 +111,29 @@ def build_services(env: dict[str, str], logs: Path) -> list[ServiceProcess]:
     """Ingest, worker, retriever and chat (when its package has an entry point)."""
     ingest, worker, retriever = get_ingest_settings(), get_worker_settings(), get_retriever_settings()
     services = [
-        ServiceProcess(
-            name="ingest",
-            module="ragbot_ingest",
-            env=env,
-            health_url=f"http://127.0.0.1:{ingest.port}/healthz",
-            log_path=logs / "ingest.log",
-            cwd=ROOT,
-        ),
-        ServiceProcess(
-            name="embedder",
+        local_service("ingest", module="ragbot_ingest", port=ingest.port, env=env, log_dir=logs, cwd=ROOT),
+        local_service(
+            "embedder",
             module="ragbot_embedder",
+            port=worker.metrics_port,
             env=env,
-            health_url=f"http://127.0.0.1:{worker.metrics_port}/readyz",
-            log_path=logs / "embedder.log",
+            log_dir=logs,
             cwd=ROOT,
+            health="readyz",
         ),
-        ServiceProcess(
-            name="retriever",
-            module="ragbot_retriever",
-            env=env,
-            health_url=f"http://127.0.0.1:{retriever.port}/healthz",
-            log_path=logs / "retriever.log",
-            cwd=ROOT,
+        local_service(
+            "retriever", module="ragbot_retriever", port=retriever.port, env=env, log_dir=logs, cwd=ROOT
         ),
     ]
     if importlib.util.find_spec("ragbot_chat.__main__") is not None:
         chat = get_chat_settings()
         services.append(
-            ServiceProcess(
-                name="chat",
-                module="ragbot_chat",
-                env=env,
-                health_url=f"http://127.0.0.1:{chat.port}/healthz",
-                log_path=logs / "chat.log",
-                cwd=ROOT,
-            )
+            local_service("chat", module="ragbot_chat", port=chat.port, env=env, log_dir=logs, cwd=ROOT)
         )
     return services
 
 
-def index_samples(*, ingest_url: str, wiki: FakeWiki, pages: list[dict[str, object]]) -> dict[str, int]:
+def index_samples(*, ingest_url: str, wiki: LocalWiki, pages: list[dict[str, object]]) -> dict[str, int]:
     """Ping ingest for every sample page and wait until every job has ended; returns states counted."""
     job_ids: list[str] = []
     with httpx.Client(base_url=ingest_url, timeout=30.0) as client:
@@ -196,7 +174,7 @@ def wait_forever(services: list[ServiceProcess]) -> None:
         time.sleep(1.0)
 
 
-def print_urls(services: list[ServiceProcess], wiki: FakeWiki, retriever_port: int) -> None:
+def print_urls(services: list[ServiceProcess], wiki: LocalWiki, retriever_port: int) -> None:
     """The URLs and an example query."""
     say()
     say("ragbot is running:")
@@ -240,7 +218,7 @@ def main() -> int:
     var = args.var_dir.resolve()
     var.mkdir(parents=True, exist_ok=True)
     services: list[ServiceProcess] = []
-    wiki: FakeWiki | None = None
+    wiki: LocalWiki | None = None
     started_redis = False
     try:
         redis_url, started_redis = ensure_redis(owner)
@@ -255,7 +233,7 @@ def main() -> int:
             proc.wait_healthy(timeout_s=START_TIMEOUT_S)
             say(f"{proc.name} is up: {proc.health_url}")
         pages = load_pages(SAMPLES)
-        wiki = FakeWiki(pages, host="127.0.0.1", port=args.wiki_port).start()
+        wiki = LocalWiki(pages, host="127.0.0.1", port=args.wiki_port).start()
         if not args.no_index:
             counts = index_samples(
                 ingest_url=services[0].health_url.rsplit("/", 1)[0], wiki=wiki, pages=pages

@@ -25,7 +25,7 @@ import redis
 from support.chat_corpus import write_definition
 from support.chat_fakes import SSEEvent, parse_sse
 from support.chat_stack import sample_store
-from support.processes import ServiceProcess, free_port
+from support.processes import ServiceProcess, free_port, local_service
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -77,22 +77,16 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     }
     for name in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR", "PROMETHEUS_MULTIPROC_DIR"):
         env.pop(name, None)
-    retriever = ServiceProcess(
-        name="retriever",
+    retriever = local_service(
+        "retriever",
         module="ragbot_retriever",
+        port=retriever_port,
         env=env,
-        health_url=f"http://127.0.0.1:{retriever_port}/readyz",
-        log_path=root / "retriever.log",
+        log_dir=root,
         cwd=root,
+        health="readyz",
     )
-    chat = ServiceProcess(
-        name="chat",
-        module="ragbot_chat",
-        env=env,
-        health_url=f"http://127.0.0.1:{chat_port}/healthz",
-        log_path=root / "chat.log",
-        cwd=root,
-    )
+    chat = local_service("chat", module="ragbot_chat", port=chat_port, env=env, log_dir=root, cwd=root)
     running = Stack(retriever, chat, f"http://127.0.0.1:{chat_port}", redis_url, prefix)
     try:
         retriever.start()

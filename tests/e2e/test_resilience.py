@@ -24,7 +24,7 @@ import pytest
 import redis
 from fixtures.files.builders import make_docx, make_pdf, make_pptx, make_zip_bomb
 from support.fake_wiki import FakeWiki, load_pages
-from support.processes import ServiceProcess, free_port
+from support.processes import ServiceProcess, free_port, local_service
 from support.tcp_proxy import TcpProxy
 
 from ragbot import cli
@@ -160,13 +160,8 @@ def stack(redis_url: str, es_url: str, tmp_path_factory: pytest.TempPathFactory)
     ingest_env = {**base, "RAGBOT_STORE_ES_URL": es_url}
     worker_env = {**base, "RAGBOT_STORE_ES_URL": proxy.url}
     wiki = FakeWiki(load_pages()).start()
-    ingest_proc = ServiceProcess(
-        name="ingest",
-        module="ragbot_ingest",
-        env=ingest_env,
-        health_url=f"http://127.0.0.1:{ports['ingest']}/healthz",
-        log_path=tmp / "ingest.log",
-        cwd=tmp,
+    ingest_proc = local_service(
+        "ingest", module="ragbot_ingest", port=ports["ingest"], env=ingest_env, log_dir=tmp, cwd=tmp
     )
     ingest_url = f"http://127.0.0.1:{ports['ingest']}"
     client = httpx.Client(base_url=ingest_url, timeout=60.0)

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import redis
 from support.fake_wiki import FakeWiki, load_pages
-from support.processes import ServiceProcess, free_port
+from support.processes import ServiceProcess, free_port, local_service
 
 from ragbot.queue import create_celery_app
 from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK
@@ -161,29 +161,18 @@ def stack(
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     wiki = FakeWiki(load_pages()).start()
     processes = [
-        ServiceProcess(
-            name="ingest",
-            module="ragbot_ingest",
-            env=env,
-            health_url=f"http://127.0.0.1:{ports['ingest']}/healthz",
-            log_path=tmp / "ingest.log",
-            cwd=tmp,
-        ),
-        ServiceProcess(
-            name="worker",
+        local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
+        local_service(
+            "worker",
             module="ragbot_embedder",
+            port=ports["worker"],
             env=env,
-            health_url=f"http://127.0.0.1:{ports['worker']}/readyz",
-            log_path=tmp / "worker.log",
+            log_dir=tmp,
             cwd=tmp,
+            health="readyz",
         ),
-        ServiceProcess(
-            name="retriever",
-            module="ragbot_retriever",
-            env=env,
-            health_url=f"http://127.0.0.1:{ports['retriever']}/healthz",
-            log_path=tmp / "retriever.log",
-            cwd=tmp,
+        local_service(
+            "retriever", module="ragbot_retriever", port=ports["retriever"], env=env, log_dir=tmp, cwd=tmp
         ),
     ]
     ingest = httpx.Client(base_url=f"http://127.0.0.1:{ports['ingest']}", timeout=30.0)

@@ -9,19 +9,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ragbot.errors import NotFound
+from ragbot.errors import DependencyUnavailable, NotFound
 from ragbot.jobs import JobNotRetryable
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 
 
 class FakeJobs:
-    """Job records in a dict."""
+    """Job records in a dict, with the same state rules as ragbot.jobs.JobStore (``up`` drives ping)."""
 
     def __init__(self) -> None:
         self.records: dict[str, JobRecord] = {}
+        self.up = True
 
     async def ping(self) -> bool:
-        return True
+        return self.up
 
     async def create(
         self,
@@ -51,7 +52,9 @@ class FakeJobs:
     async def update(
         self, *, job_id: str, state: JobState | None = None, error: str | None = None
     ) -> JobRecord:
-        record = self.records[job_id].model_copy(update={"state": state or self.records[job_id].state})
+        record = self.records[job_id].model_copy(
+            update={"state": state or self.records[job_id].state, "error": error}
+        )
         self.records[job_id] = record
         return record
 
@@ -61,18 +64,23 @@ class FakeJobs:
     async def requeue(self, *, job_id: str) -> JobRecord:
         record = self.records.get(job_id)
         if record is None:
-            raise NotFound(job_id)
+            raise NotFound(f"job {job_id} not found")
         if record.state is not JobState.failed:
             raise JobNotRetryable(f"job {job_id} is {record.state.value}", field="state")
-        record = record.model_copy(update={"state": JobState.queued})
+        record = record.model_copy(update={"state": JobState.queued, "attempts": 0})
         self.records[job_id] = record
         return record
 
 
 @dataclass
 class FakeSender:
-    sent: list[tuple[str, BaseModel]] = field(default_factory=list)
+    """Records what would have gone to the queue (task, message, request id); ``broken`` refuses."""
+
+    sent: list[tuple[str, BaseModel, str | None]] = field(default_factory=list)
+    broken: bool = False
 
     async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
-        self.sent.append((task, message))
+        if self.broken:
+            raise DependencyUnavailable("could not enqueue: connection refused", dependency="redis")
+        self.sent.append((task, message, request_id))
         return f"t{len(self.sent)}"

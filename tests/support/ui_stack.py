@@ -19,7 +19,7 @@ import redis
 from support.chat_corpus import write_definition
 from support.chat_stack import sample_store
 from support.fake_wiki import FakeWiki, load_pages
-from support.processes import ServiceProcess, free_port
+from support.processes import ServiceProcess, free_port, local_service
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -108,20 +108,15 @@ def running_ui_stack(*, redis_url: str, tmp: Path) -> Iterator[UiStack]:
     wiki.fail(FAILING_PAGE_ID, 500)
 
     def service(name: str, module: str, health: str) -> ServiceProcess:
-        return ServiceProcess(
-            name=name,
-            module=module,
-            env=env,
-            health_url=f"http://127.0.0.1:{ports[name]}{health}",
-            log_path=tmp / f"{name}.log",
-            cwd=tmp,
+        return local_service(
+            name, module=module, port=ports[name], env=env, log_dir=tmp, cwd=tmp, health=health
         )
 
     processes = [
-        service("ingest", "ragbot_ingest", "/healthz"),
-        service("worker", "ragbot_embedder", "/readyz"),
-        service("retriever", "ragbot_retriever", "/readyz"),
-        service("chat", "ragbot_chat", "/readyz"),
+        service("ingest", "ragbot_ingest", "healthz"),
+        service("worker", "ragbot_embedder", "readyz"),
+        service("retriever", "ragbot_retriever", "readyz"),
+        service("chat", "ragbot_chat", "readyz"),
     ]
     ingest = httpx.Client(base_url=f"http://127.0.0.1:{ports['ingest']}", timeout=30.0)
     try:

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import BaseModel
+from support.ingest_fakes import FakeJobs, FakeSender
 
-from ragbot.errors import DependencyUnavailable, NotFound
-from ragbot.jobs import JobNotRetryable
 from ragbot.ports import SearchStore
-from ragbot.schemas.jobs import JobKind, JobRecord, JobState
+from ragbot.schemas.jobs import JobKind, JobState
 from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK, DeletePage, IndexPage
 from ragbot.schemas.pages import PageState
 from ragbot.settings import IngestSettings
@@ -24,76 +22,6 @@ from ragbot_ingest.deps import Resources
 
 CALLBACK = "http://wiki.test/w/rest.php/cbragcontent/v0/page_id/"
 PING = {"page_id": 123, "revision_id": 456, "revision_date": "20250101120000", "callback_url": CALLBACK}
-
-
-class FakeJobs:
-    """Job records in a dict, with the same state rules as ragbot.jobs.JobStore."""
-
-    def __init__(self) -> None:
-        self.records: dict[str, JobRecord] = {}
-        self.up = True
-
-    async def ping(self) -> bool:
-        return self.up
-
-    async def create(
-        self,
-        *,
-        kind: JobKind,
-        payload: Mapping[str, Any] | None = None,
-        page_id: int | None = None,
-        revision_id: int | None = None,
-        job_id: str | None = None,
-    ) -> JobRecord:
-        now = datetime.now(UTC)
-        record = JobRecord(
-            job_id=job_id or f"j{len(self.records)}",
-            kind=kind,
-            page_id=page_id,
-            revision_id=revision_id,
-            created_at=now,
-            updated_at=now,
-            payload=dict(payload or {}),
-        )
-        self.records[record.job_id] = record
-        return record
-
-    async def get(self, *, job_id: str) -> JobRecord | None:
-        return self.records.get(job_id)
-
-    async def update(
-        self, *, job_id: str, state: JobState | None = None, error: str | None = None
-    ) -> JobRecord:
-        record = self.records[job_id].model_copy(update={"state": state, "error": error})
-        self.records[job_id] = record
-        return record
-
-    async def list_by_state(self, *, state: JobState, limit: int = 100, offset: int = 0) -> list[JobRecord]:
-        return [r for r in self.records.values() if r.state is state][offset : offset + limit]
-
-    async def requeue(self, *, job_id: str) -> JobRecord:
-        record = self.records.get(job_id)
-        if record is None:
-            raise NotFound(f"job {job_id} not found")
-        if record.state is not JobState.failed:
-            raise JobNotRetryable(f"job {job_id} is {record.state.value}", field="state")
-        record = record.model_copy(update={"state": JobState.queued, "attempts": 0})
-        self.records[job_id] = record
-        return record
-
-
-@dataclass
-class FakeSender:
-    """Records what would have gone to the queue."""
-
-    sent: list[tuple[str, BaseModel, str | None]] = field(default_factory=list)
-    broken: bool = False
-
-    async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
-        if self.broken:
-            raise DependencyUnavailable("could not enqueue: connection refused", dependency="redis")
-        self.sent.append((task, message, request_id))
-        return f"t{len(self.sent)}"
 
 
 class FakeStore:

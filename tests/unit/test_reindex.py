@@ -71,8 +71,8 @@ class Api:
     sender: FakeSender
 
     def batches(self) -> list[IndexPages]:
-        assert all(task == INDEX_PAGES_TASK for task, _ in self.sender.sent)
-        return [cast(IndexPages, m) for _, m in self.sender.sent]
+        assert all(task == INDEX_PAGES_TASK for task, _, _ in self.sender.sent)
+        return [cast(IndexPages, m) for _, m, _ in self.sender.sent]
 
 
 @pytest.fixture
@@ -554,8 +554,8 @@ def test_the_cli_streams_the_file_and_reports_refusals(
     with serve_app(create_app(resources=resources)) as url:
         assert cli.main(["reindex", str(good), "--ingest-url", url, "--no-wait", "--force"]) == 0
         assert f"{url}/v1/jobs/" in capsys.readouterr().out
-        assert [len(cast(IndexPages, m).pages) for _, m in sender.sent] == [2, 1]
-        assert all(cast(IndexPages, m).force for _, m in sender.sent)
+        assert [len(cast(IndexPages, m).pages) for _, m, _ in sender.sent] == [2, 1]
+        assert all(cast(IndexPages, m).force for _, m, _ in sender.sent)
         assert cli.main(["reindex", str(bad), "--ingest-url", url]) == 2
         assert "422" in capsys.readouterr().err
     assert cli.main(["reindex"]) == 2

@@ -55,8 +55,8 @@ class World:
         )
 
     def commands(self) -> list[IndexPage]:
-        assert all(task == INDEX_PAGE_TASK for task, _ in self.sender.sent)
-        return [cast(IndexPage, message) for _, message in self.sender.sent]
+        assert all(task == INDEX_PAGE_TASK for task, _, _ in self.sender.sent)
+        return [cast(IndexPage, message) for _, message, _ in self.sender.sent]
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
 from ragbot.llms import LLM, build_llm
-from ragbot.observability.http import setup_observability
 from ragbot.prompts import PromptLibrary
+from ragbot.service_app import create_service_app
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
 from ragbot_chat import widget
 from ragbot_chat.deps import Resources
@@ -113,41 +113,16 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
 
 def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
     """The chat app; ``resources`` replaces the composition root (tests)."""
-    factory = resources or default_resources
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with factory() as res:
-            app.state.resources = res
-            yield
-            app.state.resources = None
-
-    app = FastAPI(title="ragbot chat", version="1", lifespan=lifespan)
-
-    def current() -> Resources | None:
-        res: Resources | None = getattr(app.state, "resources", None)
-        return res
-
-    async def redis_answers() -> bool:
-        res = current()
-        return res is not None and await res.store.ping()
-
-    async def llm_answers() -> bool:
-        res = current()
-        return res is not None and await res.llm.ping()
-
-    async def retriever_answers() -> bool:
-        res = current()
-        return res is not None and await res.retriever.ping()
-
-    setup_observability(
-        app,
+    app = create_service_app(
         service=SERVICE,
-        checks={"redis": redis_answers, "llm": llm_answers, "retriever": retriever_answers},
+        resources=resources or default_resources,
+        checks={
+            "redis": lambda res: res.store.ping(),
+            "llm": lambda res: res.llm.ping(),
+            "retriever": lambda res: res.retriever.ping(),
+        },
+        routers=[router, openai_router, kolzchut_router],
     )
-    app.include_router(router)
-    app.include_router(openai_router)
-    app.include_router(kolzchut_router)
     widget.install(app)
     install_ui(app)
     return app

@@ -11,9 +11,9 @@ from ragbot.chat.kolzchut import ConfigStore
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.sessions import ChatStore
-from ragbot.errors import DependencyUnavailable
 from ragbot.llms.base import LLM
 from ragbot.prompts import PromptLibrary
+from ragbot.service_app import app_resources
 from ragbot.settings import ChatSettings
 
 
@@ -32,10 +32,7 @@ class Resources:
 
 def get_resources(request: Request) -> Resources:
     """The resources of this app (503 while the lifespan has not built them)."""
-    resources: Resources | None = getattr(request.app.state, "resources", None)
-    if resources is None:
-        raise DependencyUnavailable("the chat service is still starting", dependency="chat")
-    return resources
+    return app_resources(request, Resources, starting="the chat service", dependency="chat")
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

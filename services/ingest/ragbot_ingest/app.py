@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
 from ragbot.jobs import JobStore
-from ragbot.observability.http import setup_observability
 from ragbot.ports import SearchStore
 from ragbot.queue import TaskSender, create_celery_app
+from ragbot.service_app import create_service_app
 from ragbot.settings import (
     IngestSettings,
     ModelSettings,
@@ -101,21 +101,9 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
 
 def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
     """The ingest app; ``resources`` replaces the composition root (tests)."""
-    factory = resources or default_resources
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with factory() as res:
-            app.state.resources = res
-            yield
-            app.state.resources = None
-
-    app = FastAPI(title="ragbot ingest", version="1", lifespan=lifespan)
-
-    async def redis_answers() -> bool:
-        res: Resources | None = getattr(app.state, "resources", None)
-        return res is not None and await res.jobs.ping()
-
-    setup_observability(app, service=SERVICE, checks={"redis": redis_answers})
-    app.include_router(router)
-    return app
+    return create_service_app(
+        service=SERVICE,
+        resources=resources or default_resources,
+        checks={"redis": lambda res: res.jobs.ping()},
+        routers=[router],
+    )

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from ragbot.errors import DependencyUnavailable
 from ragbot.ports import SearchStore
 from ragbot.reindex import WikiLister
+from ragbot.service_app import app_resources
 from ragbot.settings import IngestSettings
 from ragbot_ingest.service import CommandSender, JobRepository, UploadIds
 
@@ -28,10 +29,7 @@ class Resources:
 
 def get_resources(request: Request) -> Resources:
     """The resources of this app (503 while the lifespan has not built them)."""
-    resources: Resources | None = getattr(request.app.state, "resources", None)
-    if resources is None:
-        raise DependencyUnavailable("ingest is still starting", dependency="ingest")
-    return resources
+    return app_resources(request, Resources, starting="ingest", dependency="ingest")
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

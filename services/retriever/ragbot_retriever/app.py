@@ -15,9 +15,9 @@ from fastapi import FastAPI
 
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
-from ragbot.observability.http import setup_observability
 from ragbot.ports import Embedder, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.service_app import create_service_app
 from ragbot.settings import (
     ModelSettings,
     RetrieverSettings,
@@ -106,20 +106,9 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
 
 def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
     """The retriever app; ``resources`` replaces the composition root (tests)."""
-    factory = resources or default_resources
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with factory() as res:
-            app.state.resources = res
-            yield
-
-    app = FastAPI(title="ragbot retriever", version="1", lifespan=lifespan)
-
-    async def store_answers() -> bool:
-        res: Resources | None = getattr(app.state, "resources", None)
-        return res is not None and await res.store.ping()
-
-    setup_observability(app, service=SERVICE, checks={"store": store_answers})
-    app.include_router(router)
-    return app
+    return create_service_app(
+        service=SERVICE,
+        resources=resources or default_resources,
+        checks={"store": lambda res: res.store.ping()},
+        routers=[router],
+    )

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import DependencyUnavailable
 from ragbot.ports import Embedder, Reranker, SearchStore
 from ragbot.retrieval import RetrievalEngine
+from ragbot.service_app import app_resources
 
 
 @dataclass(slots=True)
@@ -28,10 +28,7 @@ class Resources:
 
 def get_resources(request: Request) -> Resources:
     """The resources of this app (503 while the lifespan has not built them)."""
-    resources: Resources | None = getattr(request.app.state, "resources", None)
-    if resources is None:
-        raise DependencyUnavailable("the retriever is still starting", dependency="retriever")
-    return resources
+    return app_resources(request, Resources, starting="the retriever", dependency="retriever")
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

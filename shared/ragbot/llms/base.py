@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ragbot.errors import DependencyUnavailable
 from ragbot.ports import ChatMessage
@@ -132,3 +132,48 @@ async def complete(stream: TokenStream) -> str:
 def as_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     """Messages in the ``[{role, content}]`` shape every backend takes."""
     return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def openai_chat_body(
+    *, messages: Sequence[ChatMessage], temperature: float | None, max_tokens: int, **extra: Any
+) -> dict[str, Any]:
+    """A streaming OpenAI-style ``/chat/completions`` body (no ``temperature`` when it is None)."""
+    body: dict[str, Any] = {
+        "messages": as_openai_messages(messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": max_tokens,
+        **extra,
+    }
+    if temperature is not None:
+        body["temperature"] = temperature
+    return body
+
+
+def read_openai_chunk(chunk: Any, usage: Usage, *, where: str, refused: str) -> str:
+    """The text of one streamed OpenAI-style chunk; records usage and finish reason; raises on an error.
+
+    ``where`` names the server in messages; ``refused`` says what an error chunk means there.
+    """
+    if not isinstance(chunk, dict):
+        raise LLMError(f"{where} sent an unexpected chunk: {str(chunk)[:200]}")
+    error = chunk.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else error
+        raise LLMError(f"{where} {refused}: {message}")
+    reported = chunk.get("usage")
+    if isinstance(reported, dict):
+        usage.prompt_tokens = reported.get("prompt_tokens")
+        usage.completion_tokens = int(reported.get("completion_tokens") or 0)
+        usage.reported = True
+    text = ""
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if isinstance(content, str):
+            text += content
+        if choice.get("finish_reason"):
+            usage.finish_reason = choice["finish_reason"]
+    if text and not usage.reported:
+        usage.completion_tokens += 1
+    return text

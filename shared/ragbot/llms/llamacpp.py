@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbot.errors import ConfigurationError
-from ragbot.llms.base import LLMError, TokenStream, Usage, as_openai_messages
+from ragbot.llms.base import LLMError, TokenStream, Usage, openai_chat_body, read_openai_chunk
 from ragbot.ports import ChatMessage
 
 logger = logging.getLogger(__name__)
@@ -51,16 +51,9 @@ def chat_body(
     *, messages: Sequence[ChatMessage], temperature: float | None, max_tokens: int, cache_prompt: bool
 ) -> dict[str, Any]:
     """The OpenAI-style request llama.cpp's server handles (no ``temperature`` when it is None)."""
-    body: dict[str, Any] = {
-        "messages": as_openai_messages(messages),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_tokens": max_tokens,
-        "cache_prompt": cache_prompt,
-    }
-    if temperature is not None:
-        body["temperature"] = temperature
-    return body
+    return openai_chat_body(
+        messages=messages, temperature=temperature, max_tokens=max_tokens, cache_prompt=cache_prompt
+    )
 
 
 def packaged_model_path() -> Path:
@@ -228,9 +221,8 @@ class LlamaCppChatModel:
                     return
                 if kind == "error":
                     raise LLMError(f"llama.cpp failed: {item}") from item
-                text = _read_chunk(item, usage)
+                text = read_openai_chunk(item, usage, where="llama.cpp", refused="refused the request")
                 if text:
-                    usage.completion_tokens += 0 if usage.reported else 1
                     yield text
         finally:
             stop.set()
@@ -263,27 +255,3 @@ class LlamaCppChatModel:
 
         threading.Thread(target=release, name="llamacpp-close", daemon=True).start()
         await asyncio.to_thread(done.wait, CLOSE_WAIT_S)
-
-
-def _read_chunk(chunk: Any, usage: Usage) -> str:
-    """The text of one streamed chunk; records usage and finish reason; raises on an error chunk."""
-    if not isinstance(chunk, dict):
-        raise LLMError(f"llama.cpp sent an unexpected chunk: {str(chunk)[:200]}")
-    error = chunk.get("error")
-    if error is not None:
-        message = error.get("message") if isinstance(error, dict) else str(error)
-        raise LLMError(f"llama.cpp refused the request: {message}")
-    reported = chunk.get("usage")
-    if isinstance(reported, dict):
-        usage.prompt_tokens = reported.get("prompt_tokens")
-        usage.completion_tokens = int(reported.get("completion_tokens") or 0)
-        usage.reported = True
-    text = ""
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        content = delta.get("content")
-        if isinstance(content, str):
-            text += content
-        if choice.get("finish_reason"):
-            usage.finish_reason = choice["finish_reason"]
-    return text

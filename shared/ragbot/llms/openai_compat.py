@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from ragbot.llms.base import LLMError, TokenStream, Usage, as_openai_messages
+from ragbot.llms.base import LLMError, TokenStream, Usage, openai_chat_body, read_openai_chunk
 from ragbot.ports import ChatMessage
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
@@ -86,15 +86,9 @@ class OpenAICompatChatModel:
     ) -> TokenStream:
         """Stream one chat completion (no ``temperature`` field when it is None)."""
         usage = Usage()
-        body: dict[str, Any] = {
-            "model": model or self._model,
-            "messages": as_openai_messages(messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": max_tokens,
-        }
-        if temperature is not None:
-            body["temperature"] = temperature
+        body = openai_chat_body(
+            messages=messages, temperature=temperature, max_tokens=max_tokens, model=model or self._model
+        )
         return TokenStream(self._generate(body, usage), usage)
 
     async def _generate(self, body: dict[str, Any], usage: Usage) -> AsyncGenerator[str, None]:
@@ -113,7 +107,8 @@ class OpenAICompatChatModel:
                         continue
                     if data == "[DONE]":
                         return
-                    text = _read_chunk(json.loads(data), usage, where)
+                    chunk = json.loads(data)
+                    text = read_openai_chunk(chunk, usage, where=where, refused="failed while streaming")
                     if text:
                         yield text
         except httpx.HTTPError as exc:
@@ -144,28 +139,3 @@ def _error_message(text: str) -> str:
     if isinstance(error, dict) and "message" in error:
         return str(error["message"])[:300]
     return text[:300]
-
-
-def _read_chunk(chunk: Any, usage: Usage, where: str) -> str:
-    if not isinstance(chunk, dict):
-        raise LLMError(f"{where} sent an unexpected chunk: {str(chunk)[:200]}")
-    if chunk.get("error") is not None:
-        error = chunk["error"]
-        message = error.get("message") if isinstance(error, dict) else error
-        raise LLMError(f"{where} failed while streaming: {message}")
-    reported = chunk.get("usage")
-    if isinstance(reported, dict):
-        usage.prompt_tokens = reported.get("prompt_tokens")
-        usage.completion_tokens = int(reported.get("completion_tokens") or 0)
-        usage.reported = True
-    text = ""
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        content = delta.get("content")
-        if isinstance(content, str):
-            text += content
-        if choice.get("finish_reason"):
-            usage.finish_reason = choice["finish_reason"]
-    if text and not usage.reported:
-        usage.completion_tokens += 1
-    return text

@@ -266,3 +266,23 @@ def text_fields_of(definition: DocumentDefinition) -> tuple[str, ...]:
 def query_tokens(query: str) -> list[str]:
     """Analyzed query tokens, each once (a repeated word does not count twice on either store)."""
     return list(dict.fromkeys(analyze(query)))
+
+
+def check_knn_query(
+    *,
+    vector_field: str,
+    vector: Vector,
+    k: int,
+    filters: Filters | None,
+    dimensions: Mapping[str, int],
+    definition: DocumentDefinition,
+) -> list[Filter]:
+    """Check a kNN query the same way on every store; returns its validated filters."""
+    check_k(k)
+    if vector_field not in dimensions:
+        raise ValidationFailed(
+            f"unknown vector field {vector_field!r} (searchable: {sorted(dimensions)})",
+            field="vector_field",
+        )
+    check_vector(name=vector_field, vector=vector, dimension=dimensions[vector_field])
+    return validate_filters(filters, definition=definition)

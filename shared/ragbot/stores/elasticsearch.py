@@ -37,7 +37,7 @@ from elasticsearch import ApiError, AsyncElasticsearch, TransportError
 from elasticsearch.helpers import async_bulk
 
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import RagbotError, StoreUnavailable, ValidationFailed
+from ragbot.errors import RagbotError, StoreUnavailable
 from ragbot.ports import Filters, SearchHit, StoredParagraph, Vector
 from ragbot.schemas.pages import PageState
 from ragbot.settings import StoreSettings
@@ -49,7 +49,7 @@ from ragbot.stores.common import (
     bm25_fields,
     check_field_types,
     check_k,
-    check_vector,
+    check_knn_query,
     check_window,
     parse_last_update,
     prepare_source,
@@ -415,14 +415,14 @@ class ElasticsearchStore:
         self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
     ) -> list[SearchHit]:
         """Top-k by cosine (flat: exact; hnsw: approximate); score is cosine + 1 (0..2)."""
-        check_k(k)
-        if vector_field not in self._dimensions:
-            raise ValidationFailed(
-                f"unknown vector field {vector_field!r} (searchable: {sorted(self._dimensions)})",
-                field="vector_field",
-            )
-        check_vector(name=vector_field, vector=vector, dimension=self._dimensions[vector_field])
-        checked = validate_filters(filters, definition=self._definition)
+        checked = check_knn_query(
+            vector_field=vector_field,
+            vector=vector,
+            k=k,
+            filters=filters,
+            dimensions=self._dimensions,
+            definition=self._definition,
+        )
         if self._settings.vector_search == "exact":
             candidates = k
         else:

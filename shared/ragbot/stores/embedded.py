@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import ConfigurationError, StoreUnavailable, ValidationFailed
+from ragbot.errors import ConfigurationError, StoreUnavailable
 from ragbot.ports import Filters, SearchHit, StoredParagraph, Vector
 from ragbot.schemas.pages import PageState
 from ragbot.stores import lexical
@@ -53,7 +53,7 @@ from ragbot.stores.common import (
     bm25_fields,
     check_field_types,
     check_k,
-    check_vector,
+    check_knn_query,
     check_window,
     dumps_source,
     parse_last_update,
@@ -753,14 +753,14 @@ class EmbeddedStore:
         self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
     ) -> list[SearchHit]:
         """Exact top-k by cosine over the field's matrix; score is cosine + 1 (0..2)."""
-        check_k(k)
-        if vector_field not in self._dimensions:
-            raise ValidationFailed(
-                f"unknown vector field {vector_field!r} (searchable: {sorted(self._dimensions)})",
-                field="vector_field",
-            )
-        check_vector(name=vector_field, vector=vector, dimension=self._dimensions[vector_field])
-        checked = validate_filters(filters, definition=self._definition)
+        checked = check_knn_query(
+            vector_field=vector_field,
+            vector=vector,
+            k=k,
+            filters=filters,
+            dimensions=self._dimensions,
+            definition=self._definition,
+        )
         query = np.asarray(vector, dtype=np.float32)
         query = query / np.float32(np.linalg.norm(query))
 
