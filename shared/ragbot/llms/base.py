@@ -109,7 +109,10 @@ def with_timeouts(stream: TokenStream, *, first_token_s: float, idle_s: float, t
                     raise LLMError(f"the LLM did not finish within {total_s:g} s")
                 limit = min(first_token_s if first else idle_s, left)
                 try:
-                    piece = await asyncio.wait_for(stream.__anext__(), timeout=limit)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+                    # that arrives as a piece completes, and the answer would go on for a gone client.
+                    async with asyncio.timeout(limit):
+                        piece = await stream.__anext__()
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
