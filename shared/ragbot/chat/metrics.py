@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from ragbot.observability.metrics import PerRegistry
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0)
@@ -22,19 +23,6 @@ class ChatMetrics:
     abstentions: Counter
     feedback: Counter
     llm_errors: Counter
-
-
-_lock = threading.Lock()
-_by_registry: dict[int, ChatMetrics] = {}
-
-
-def chat_metrics(registry: CollectorRegistry | None = None) -> ChatMetrics:
-    """The chat metrics of ``registry`` (the default one unless given), created on first use."""
-    registry = REGISTRY if registry is None else registry
-    with _lock:
-        if id(registry) not in _by_registry:
-            _by_registry[id(registry)] = _new(registry)
-        return _by_registry[id(registry)]
 
 
 def _new(registry: CollectorRegistry) -> ChatMetrics:
@@ -85,3 +73,7 @@ def _new(registry: CollectorRegistry) -> ChatMetrics:
             registry=registry,
         ),
     )
+
+
+# The chat metrics of a registry (the default one unless given), created on first use.
+chat_metrics = PerRegistry(_new)

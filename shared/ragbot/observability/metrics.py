@@ -12,10 +12,12 @@ import logging
 import os
 import shutil
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import redis
 from prometheus_client import (
@@ -60,27 +62,29 @@ class WorkerMetrics:
     dead_letters: Counter
 
 
-_lock = threading.Lock()
-_http: dict[int, HttpMetrics] = {}
-_worker: dict[int, WorkerMetrics] = {}
+M = TypeVar("M")
 
 
-def http_metrics(registry: CollectorRegistry | None = None) -> HttpMetrics:
-    """The HTTP metrics, registered once per registry (the default one unless given)."""
-    registry = REGISTRY if registry is None else registry
-    with _lock:
-        if id(registry) not in _http:
-            _http[id(registry)] = _new_http_metrics(registry)
-        return _http[id(registry)]
+class PerRegistry(Generic[M]):
+    """One set of metrics per registry, made on first use and dropped with its registry.
 
+    Keyed by the registry itself (weakly), not by ``id()``: a test's registry that is garbage
+    collected may hand its id to the next one, which would then get metrics registered elsewhere.
+    """
 
-def worker_metrics(registry: CollectorRegistry | None = None) -> WorkerMetrics:
-    """The worker's metrics, registered once per registry (create after ``enable_multiprocess``)."""
-    registry = REGISTRY if registry is None else registry
-    with _lock:
-        if id(registry) not in _worker:
-            _worker[id(registry)] = _new_worker_metrics(registry)
-        return _worker[id(registry)]
+    def __init__(self, make: Callable[[CollectorRegistry], M]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._made: weakref.WeakKeyDictionary[CollectorRegistry, M] = weakref.WeakKeyDictionary()
+
+    def __call__(self, registry: CollectorRegistry | None = None) -> M:
+        """The metrics of ``registry`` (the default one unless given)."""
+        registry = REGISTRY if registry is None else registry
+        with self._lock:
+            made = self._made.get(registry)
+            if made is None:
+                made = self._made[registry] = self._make(registry)
+            return made
 
 
 def _new_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
@@ -147,6 +151,12 @@ def _new_worker_metrics(registry: CollectorRegistry) -> WorkerMetrics:
             registry=registry,
         ),
     )
+
+
+# The HTTP metrics (request count and latency), once per registry (the default one unless given).
+http_metrics = PerRegistry(_new_http_metrics)
+# The worker's metrics, once per registry (create after ``enable_multiprocess``).
+worker_metrics = PerRegistry(_new_worker_metrics)
 
 
 def enable_multiprocess(directory: Path) -> None:
