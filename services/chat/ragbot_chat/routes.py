@@ -156,9 +156,8 @@ async def search(
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> Response:
     """KZChatbot's question: ``{gpt_result, docs, conversation_id}`` (plus debug fields when asked)."""
-    client = forwarded_for.split(",")[0].strip()[:64] if forwarded_for else None
     answered = await service.unless_disconnected(
-        service.kolzchut_search(res=res, body=body, forwarded_for=client),
+        service.kolzchut_search(res=res, body=body, forwarded_for=service.first_forwarded(forwarded_for)),
         disconnected=http_request.is_disconnected,
     )
     if answered is None:

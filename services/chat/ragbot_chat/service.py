@@ -363,6 +363,11 @@ def _page_id(value: int | str | None) -> int | None:
     return None
 
 
+def first_forwarded(forwarded_for: str | None) -> str | None:
+    """The client a proxy named first in ``X-Forwarded-For`` (clipped), kept with the answer."""
+    return forwarded_for.split(",")[0].strip()[:64] if forwarded_for else None
+
+
 async def kolzchut_search(
     *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
 ) -> tuple[int, dict[str, Any]]:

@@ -23,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 
 from ragbot.errors import DependencyUnavailable, NotFound
 from ragbot.observability.logging import get_request_id
-from ragbot_chat.deps import ResourcesDep
+from ragbot_chat.deps import Resources, ResourcesDep
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = "/ui/static"
@@ -146,29 +146,28 @@ async def ingest_proxy(path: str, request: Request, res: ResourcesDep, proxy: Pr
     )
 
 
-@api_router.post("/retrieve")
-async def retrieve_proxy(request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
-    """The retriever's ``POST /v1/retrieve`` (documents, per-stage debug and timings) for the admin page."""
+async def to_retriever(request: Request, res: Resources, proxy: UiProxy, *, path: str) -> Response:
+    """The request's method and body, forwarded to the retriever's ``path``."""
     return await proxy.forward(
-        method="POST",
-        url=f"{res.settings.retriever_url.rstrip('/')}/v1/retrieve",
+        method=request.method,
+        url=f"{res.settings.retriever_url.rstrip('/')}/{path}",
         dependency="retriever",
         timeout_s=res.settings.retriever_timeout_s,
         headers=forwarded_headers(request),
-        content=await request.body(),
+        content=await request.body() if request.method == "POST" else None,
     )
+
+
+@api_router.post("/retrieve")
+async def retrieve_proxy(request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
+    """The retriever's ``POST /v1/retrieve`` (documents, per-stage debug and timings) for the admin page."""
+    return await to_retriever(request, res, proxy, path="v1/retrieve")
 
 
 @api_router.get("/models")
 async def models_proxy(request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
     """The retriever's dense models, for the admin page's index state."""
-    return await proxy.forward(
-        method="GET",
-        url=f"{res.settings.retriever_url.rstrip('/')}/v1/models",
-        dependency="retriever",
-        timeout_s=res.settings.retriever_timeout_s,
-        headers=forwarded_headers(request),
-    )
+    return await to_retriever(request, res, proxy, path="v1/models")
 
 
 def install_ui(app: FastAPI) -> None:

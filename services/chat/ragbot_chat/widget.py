@@ -263,7 +263,7 @@ async def question(
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> QuestionAnswer:
     """Answer a question from the widget: Markdown, the pages it rests on, and its id for ``/rate``."""
-    client_ip = forwarded_for.split(",")[0].strip()[:64] if forwarded_for else None
+    client_ip = service.first_forwarded(forwarded_for)
     if client_ip is None and request.client is not None:
         client_ip = request.client.host
     return await widget_question(res=res, body=body, client_ip=client_ip)

@@ -67,7 +67,8 @@ class _SessionRecord(BaseModel):
     updated_at: str
 
 
-async def _guard(what: str, call: Callable[[], Awaitable[R]]) -> R:
+async def redis_call(what: str, call: Callable[[], Awaitable[R]]) -> R:
+    """``call()``'s result; Redis errors become ``DependencyUnavailable("redis")`` naming ``what``."""
     try:
         return await call()
     except RedisError as exc:
@@ -116,7 +117,7 @@ class ChatStore:
         record = _SessionRecord(
             session_id=new_id(), mode=mode, language=language, created_at=stamp, updated_at=stamp
         )
-        await _guard(
+        await redis_call(
             "create session",
             lambda: self.client.set(
                 self._session_key(record.session_id), record.model_dump_json(), ex=self.session_ttl_s
@@ -125,7 +126,7 @@ class ChatStore:
         return SessionInfo(**record.model_dump(), expires_in_s=self.session_ttl_s)
 
     async def _record(self, session_id: str) -> _SessionRecord:
-        raw = await _guard("read session", lambda: self.client.get(self._session_key(session_id)))
+        raw = await redis_call("read session", lambda: self.client.get(self._session_key(session_id)))
         if raw is None:
             raise NotFound(f"session {session_id!r} does not exist or has expired")
         return _SessionRecord.model_validate_json(raw)
@@ -133,7 +134,7 @@ class ChatStore:
     async def session(self, session_id: str) -> SessionInfo:
         """The session (``NotFound`` when unknown or expired)."""
         record = await self._record(session_id)
-        ttl = await _guard("read session ttl", lambda: self.client.ttl(self._session_key(session_id)))
+        ttl = await redis_call("read session ttl", lambda: self.client.ttl(self._session_key(session_id)))
         return SessionInfo(**record.model_dump(), expires_in_s=max(int(ttl), 0))
 
     async def view(self, session_id: str) -> SessionView:
@@ -146,7 +147,9 @@ class ChatStore:
         start = 0 if last is None else -last
         if last == 0:
             return []
-        raw = await _guard("read turns", lambda: self.client.lrange(self._turns_key(session_id), start, -1))
+        raw = await redis_call(
+            "read turns", lambda: self.client.lrange(self._turns_key(session_id), start, -1)
+        )
         turns: list[Turn] = []
         for item in raw:
             try:
@@ -169,11 +172,11 @@ class ChatStore:
                 pipe.expire(turns_key, self.session_ttl_s)
                 await pipe.execute()
 
-        await _guard("store turn", write)
+        await redis_call("store turn", write)
 
     async def save_message(self, message: MessageRecord) -> None:
         """Keep an answer for later feedback."""
-        await _guard(
+        await redis_call(
             "store message",
             lambda: self.client.set(
                 self._message_key(message.message_id), message.model_dump_json(), ex=self.message_ttl_s
@@ -182,7 +185,7 @@ class ChatStore:
 
     async def message(self, message_id: str) -> MessageRecord:
         """A stored answer (``NotFound`` when unknown or expired)."""
-        raw = await _guard("read message", lambda: self.client.get(self._message_key(message_id)))
+        raw = await redis_call("read message", lambda: self.client.get(self._message_key(message_id)))
         if raw is None:
             raise NotFound(f"message {message_id!r} does not exist or has expired")
         return MessageRecord.model_validate_json(raw)
@@ -215,4 +218,4 @@ class ChatStore:
                     except aioredis.WatchError:
                         continue
 
-        return await _guard("store feedback", update)
+        return await redis_call("store feedback", update)

@@ -18,19 +18,16 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
-from typing import Final, TypeVar
+from typing import Final
 from zoneinfo import ZoneInfo
 
 import redis.asyncio as aioredis
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
-from redis.exceptions import RedisError
 
-from ragbot.errors import DependencyUnavailable
+from ragbot.chat.sessions import redis_call
 from ragbot.text import analyze
-
-R = TypeVar("R")
 
 DAY_COUNTER_TTL_S: Final = 2 * 86400
 BANNED_PREFIX_LETTERS: Final = 2
@@ -149,15 +146,6 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def _guard(what: str, call: Callable[[], Awaitable[R]]) -> R:
-    try:
-        return await call()
-    except RedisError as exc:
-        raise DependencyUnavailable(f"Redis failed on {what}: {exc}", dependency="redis") from None
-    except OSError as exc:
-        raise DependencyUnavailable(f"Redis is unreachable ({what}): {exc}", dependency="redis") from None
-
-
 class WidgetUsers:
     """Widget users and their daily question counts in Redis."""
 
@@ -200,7 +188,7 @@ class WidgetUsers:
             created_at=rfc3339(now),
             cookie_expiry=rfc3339(expiry),
         )
-        await _guard(
+        await redis_call(
             "create widget user",
             lambda: self.client.set(
                 self._user_key(user.uuid), user.model_dump_json(), exat=int(expiry.timestamp()) + 1
@@ -212,7 +200,7 @@ class WidgetUsers:
         """The user, or ``None`` when the uuid was never issued or has expired."""
         if not _UUID_SHAPE.fullmatch(user_id):
             return None
-        raw = await _guard("read widget user", lambda: self.client.get(self._user_key(user_id)))
+        raw = await redis_call("read widget user", lambda: self.client.get(self._user_key(user_id)))
         if raw is None:
             return None
         try:
@@ -222,7 +210,7 @@ class WidgetUsers:
 
     async def questions_permitted(self, user_id: str) -> int:
         """Questions the user may still ask today."""
-        raw = await _guard(
+        raw = await redis_call(
             "read question count", lambda: self.client.get(self._count_key(user_id, self.today()))
         )
         used = int(raw) if raw is not None else 0
@@ -242,9 +230,9 @@ class WidgetUsers:
                 await self.client.decr(key)
             return int(used)
 
-        used = await _guard("count question", take)
+        used = await redis_call("count question", take)
         return day if used <= self.daily_questions else None
 
     async def give_back(self, user_id: str, day: date) -> None:
         """Return a question that got no answer."""
-        await _guard("return question", lambda: self.client.decr(self._count_key(user_id, day)))
+        await redis_call("return question", lambda: self.client.decr(self._count_key(user_id, day)))
