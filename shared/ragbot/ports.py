@@ -132,6 +132,9 @@ class Reranker(Protocol):
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One relevance score per passage, higher is better."""
 
+    def close(self) -> None:
+        """Free the model."""
+
 
 @dataclass(slots=True)
 class ChatMessage:

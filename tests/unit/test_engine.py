@@ -225,6 +225,9 @@ class FakeReranker:
         self.seen = list(passages)
         return [self.scores.get(p, 0.0) for p in passages]
 
+    def close(self) -> None:
+        pass
+
 
 async def test_hybrid_searches_every_vector_field_and_bm25_and_groups_by_page() -> None:
     engine, store, _ = build()

@@ -90,9 +90,8 @@ async def build_resources(
         await store.close()
         for embedder in embedders.values():
             embedder.close()
-        close_reranker = getattr(reranker, "close", None)
-        if close_reranker is not None:
-            close_reranker()
+        if reranker is not None:
+            reranker.close()
 
 
 def default_resources() -> AbstractAsyncContextManager[Resources]:

@@ -67,12 +67,17 @@ _PAGE_SIZE = 1000
 _DEPENDENCY = "elasticsearch"
 
 
+# The page's newest revision, and that revision's first paragraph (for the title).
+_NEWEST_REVISION: dict[str, Any] = {"terms": {"field": "revision_id", "size": 1, "order": {"_key": "desc"}}}
+_FIRST_PARAGRAPH: dict[str, Any] = {
+    "top_hits": {"size": 1, "sort": [{"paragraph": "asc"}], "_source": ["title"]}
+}
 # Per page bucket of list_pages: the newest revision, its first paragraph's title, its last update.
 _LATEST_REVISION: dict[str, Any] = {
     "revisions": {
-        "terms": {"field": "revision_id", "size": 1, "order": {"_key": "desc"}},
+        **_NEWEST_REVISION,
         "aggs": {
-            "first": {"top_hits": {"size": 1, "sort": [{"paragraph": "asc"}], "_source": ["title"]}},
+            "first": _FIRST_PARAGRAPH,
             "latest": {"max": {"field": "last_update"}},
         },
     }
@@ -311,9 +316,9 @@ class ElasticsearchStore:
         }
         aggs = {
             "revisions": {
-                "terms": {"field": "revision_id", "size": 1, "order": {"_key": "desc"}},
+                **_NEWEST_REVISION,
                 "aggs": {
-                    "first": {"top_hits": {"size": 1, "sort": [{"paragraph": "asc"}], "_source": ["title"]}},
+                    "first": _FIRST_PARAGRAPH,
                     "latest": {
                         "top_hits": {"size": 1, "sort": [{"last_update": "desc"}], "_source": ["last_update"]}
                     },
@@ -354,12 +359,10 @@ class ElasticsearchStore:
             while skipped < offset:
                 size = min(_PAGE_SIZE, offset - skipped)
                 buckets = await self._page_buckets(size=size, after=after, sub_aggs=None)
-                if not buckets:
+                if len(buckets) < size:  # fewer pages than the offset skips
                     return []
-                skipped += len(buckets)
+                skipped += size
                 after = buckets[-1]["key"]
-                if len(buckets) < size:
-                    return []
             states: list[PageState] = []
             while len(states) < limit:
                 size = min(_PAGE_SIZE, limit - len(states))

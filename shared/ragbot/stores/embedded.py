@@ -160,10 +160,6 @@ class _Matrix:
         self.alive[self.size : end] = True
         self.size = end
 
-    def live_ids(self) -> _IntArray:
-        out: _IntArray = self.ids[: self.size][self.alive[: self.size]]
-        return out
-
     def remove(self, ids: _IntArray) -> None:
         pos = positions_of(self.ids[: self.size], ids)
         pos = pos[self.alive[pos]]

@@ -143,13 +143,11 @@ class LexicalIndex:
         index = cls(fields)
         index._append_docs(rows)
         if rows:
-            terms = np.concatenate([r.terms for r in rows]).astype(np.int64)
-            docs = np.repeat(np.arange(len(rows), dtype=np.int32), [len(r.terms) for r in rows])
-            tfs = np.concatenate([r.tfs for r in rows]).reshape(-1, fields)
-            order = np.argsort(terms)  # any order within a term will do
-            counts = np.bincount(terms, minlength=int(terms.max(initial=0)) + 1)
-            index.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-            index.docs, index.tfs = docs[order], np.ascontiguousarray(tfs[order])
+            index._set_postings(
+                np.concatenate([r.terms for r in rows]).astype(np.int64),
+                np.repeat(np.arange(len(rows), dtype=np.int32), [len(r.terms) for r in rows]),
+                np.concatenate([r.tfs for r in rows]).reshape(-1, fields),
+            )
         return index
 
     @classmethod
@@ -166,14 +164,19 @@ class LexicalIndex:
         index.size = index.n_alive = n
         index.length_sums = index.lengths.sum(axis=0, dtype=np.float64)
         counts = np.fromiter((len(r[1]) // 4 for r in rows), dtype=np.int64, count=n)
-        terms = np.frombuffer(b"".join(r[1] for r in rows), dtype="<u4").astype(np.int64)
-        tfs = np.frombuffer(b"".join(r[2] for r in rows), dtype="<u2").reshape(-1, fields)
-        docs = np.repeat(np.arange(n, dtype=np.int32), counts)
-        order = np.argsort(terms)  # any order within a term will do
-        per_term = np.bincount(terms, minlength=int(terms.max(initial=0)) + 1)
-        index.offsets = np.concatenate([[0], np.cumsum(per_term)]).astype(np.int64)
-        index.docs, index.tfs = docs[order], np.ascontiguousarray(tfs[order])
+        index._set_postings(
+            np.frombuffer(b"".join(r[1] for r in rows), dtype="<u4").astype(np.int64),
+            np.repeat(np.arange(n, dtype=np.int32), counts),
+            np.frombuffer(b"".join(r[2] for r in rows), dtype="<u2").reshape(-1, fields),
+        )
         return index
+
+    def _set_postings(self, terms: _IDs, docs: _Pos, tfs: _TFs) -> None:
+        """The main CSR from every (term, row position, tfs) posting: grouped by term id."""
+        order = np.argsort(terms)  # any order within a term will do
+        counts = np.bincount(terms, minlength=int(terms.max(initial=0)) + 1)
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.docs, self.tfs = docs[order], np.ascontiguousarray(tfs[order])
 
     def _append_docs(self, rows: Sequence[LexicalRow]) -> int:
         start, n = self.size, len(rows)
