@@ -197,7 +197,8 @@ class JobStore:
         combine: Callable[[JobRecord, list[JobRecord | None]], JobRecord],
     ) -> JobRecord:
         """Rewrite a parent record from its children's, atomically: a child that changes meanwhile
-        makes the whole read-and-write start again, so concurrent refreshes never write a stale sum."""
+        makes the whole read-and-write start again, so concurrent refreshes never write a stale sum.
+        With no children it is the plain optimistic update every other change goes through."""
         key = self.job_key(job_id)
         child_keys = [self.job_key(c) for c in children]
         for attempt in range(_MAX_WATCH_TRIES):
@@ -216,6 +217,7 @@ class JobStore:
                     await pipe.execute()
                     return record
             except WatchError:
+                # Another writer won the race: back off a little (jittered) and read again.
                 await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
                 continue
             except RedisError as exc:
@@ -223,33 +225,10 @@ class JobStore:
         raise DependencyUnavailable(f"job {job_id}: too many concurrent updates", dependency="redis")
 
     async def _load(self, ids: list[str]) -> list[JobRecord]:
-        if not ids:
-            return []
-        raws = await self._guard(self.redis.mget([self.job_key(i) for i in ids]))
-        return [JobRecord.model_validate_json(r) for r in raws if r]
+        return [r for r in await self.get_many(job_ids=ids) if r is not None]
 
     async def _mutate(self, job_id: str, change: Callable[[JobRecord], JobRecord]) -> JobRecord:
-        key = self.job_key(job_id)
-        for attempt in range(_MAX_WATCH_TRIES):
-            try:
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    await pipe.watch(key)
-                    raw = await pipe.get(key)
-                    if not raw:
-                        raise NotFound(f"job {job_id} not found")
-                    previous = JobRecord.model_validate_json(raw)
-                    record = change(previous)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    self._queue_write(pipe, record, previous=previous)
-                    await pipe.execute()
-                    return record
-            except WatchError:
-                # Another writer won the race: back off a little (jittered) and read again.
-                await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-                continue
-            except RedisError as exc:
-                raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None
-        raise DependencyUnavailable(f"job {job_id}: too many concurrent updates", dependency="redis")
+        return await self.aggregate(job_id=job_id, children=(), combine=lambda record, _: change(record))
 
     async def _write(self, record: JobRecord, *, previous: JobRecord | None) -> None:
         pipe = self.redis.pipeline(transaction=True)

@@ -126,12 +126,8 @@ async def index_page(*, ctx: IndexingContext, command: IndexPage, final: bool = 
     # and only the content API's 404 tells us the page left scope.
     page = await _page_of(ctx=ctx, command=command)
     if page is None:
-        removed = await store.delete_page(page_id=command.page_id)
-        await _publish(
-            ctx,
-            PageDeleted(
-                page_id=command.page_id, deleted_at=_now(), reason="out_of_scope", job_id=command.job_id
-            ),
+        removed = await _remove(
+            ctx=ctx, store=store, page_id=command.page_id, reason="out_of_scope", job_id=command.job_id
         )
         return Outcome(JobState.done, f"page left scope; removed {removed} paragraphs")
     # The wiki answers with its current revision, which may differ from the ping's.
@@ -242,6 +238,11 @@ class _BatchTally:
     skipped: int = 0
     removed: int = 0
 
+    def skip(self) -> None:
+        """A page that needs no write (unchanged, or an older copy) is done too."""
+        self.done += 1
+        self.skipped += 1
+
     def progress(self) -> dict[str, int]:
         return {
             "total": self.total,
@@ -307,20 +308,16 @@ async def _consider(
     into: dict[int, Page],
 ) -> None:
     """Queue a page for writing unless its revision is already there (the newest copy wins)."""
-    if page.page_id in into:
-        earlier = into[page.page_id]
+    earlier = into.get(page.page_id)
+    if earlier is not None:
+        tally.skip()  # one of the two copies is never written
         if _ordered(page) and page.revision_id < earlier.revision_id:
-            tally.done += 1
-            tally.skipped += 1
             return
-        tally.done += 1
-        tally.skipped += 1
     indexed = await store.page_state(page_id=page.page_id)
     skip = _skip_reason(revision_id=page.revision_id, indexed=indexed, force=force, ordered=_ordered(page))
     if skip:
         into.pop(page.page_id, None)
-        tally.done += 1
-        tally.skipped += 1
+        tally.skip()
         return
     into[page.page_id] = page
 
@@ -335,8 +332,7 @@ async def _fetch_refs(
         if ref.revision_id and not force:
             indexed = await store.page_state(page_id=ref.page_id)
             if indexed is not None and indexed.revision_id >= ref.revision_id:
-                tally.done += 1
-                tally.skipped += 1
+                tally.skip()
                 return None
         try:
             async with limit:
@@ -348,11 +344,7 @@ async def _fetch_refs(
             tally.failed[ref.page_id] = f"{type(exc).__name__}: {exc}"
             return None
         if page is None:
-            await store.delete_page(page_id=ref.page_id)
-            await _publish(
-                ctx,
-                PageDeleted(page_id=ref.page_id, deleted_at=_now(), reason="out_of_scope", job_id=None),
-            )
+            await _remove(ctx=ctx, store=store, page_id=ref.page_id, reason="out_of_scope", job_id=None)
             tally.done += 1
             tally.removed += 1
             return None
@@ -387,9 +379,8 @@ def _reasons(by_page: Mapping[int, str], *, limit: int = 20) -> str:
 async def delete_page(*, ctx: IndexingContext, command: DeletePage, final: bool = True) -> Outcome:
     """Remove a page from every shard."""
     store = await ctx.ready_store()
-    removed = await store.delete_page(page_id=command.page_id)
-    await _publish(
-        ctx, PageDeleted(page_id=command.page_id, deleted_at=_now(), reason="deleted", job_id=command.job_id)
+    removed = await _remove(
+        ctx=ctx, store=store, page_id=command.page_id, reason="deleted", job_id=command.job_id
     )
     return Outcome(JobState.done, f"removed {removed} paragraphs")
 
@@ -405,6 +396,15 @@ async def _page_of(*, ctx: IndexingContext, command: IndexPage) -> Page | None:
     if page is not None and page.page_id != command.page_id:
         raise SourceRefused(f"command for page {command.page_id} carries page {page.page_id}")
     return page
+
+
+async def _remove(
+    *, ctx: IndexingContext, store: SearchStore, page_id: int, reason: str, job_id: str | None
+) -> int:
+    """Delete a page from every shard and announce it; the number of paragraphs removed."""
+    removed = await store.delete_page(page_id=page_id)
+    await _publish(ctx, PageDeleted(page_id=page_id, deleted_at=_now(), reason=reason, job_id=job_id))
+    return removed
 
 
 async def _publish(ctx: IndexingContext, event: PageIndexed | PageDeleted) -> None:

@@ -253,43 +253,30 @@ class TaskRunner:
             logger.warning("could not update job", extra={"job_id": job_id, "error": str(exc)})
 
 
+# Each task's shared name, the command it takes and the service function that carries it out.
+_TASKS: tuple[tuple[str, type[BaseModel], Callable[..., Coroutine[Any, Any, service.Outcome]]], ...] = (
+    (INDEX_PAGE_TASK, IndexPage, service.index_page),
+    (INDEX_PAGES_TASK, IndexPages, service.index_pages),
+    (DELETE_PAGE_TASK, DeletePage, service.delete_page),
+)
+
+
 def register_tasks(app: Celery, *, worker_settings: WorkerSettings, runtime: Callable[[], Runtime]) -> None:
     """Register the three tasks on ``app`` by their shared names."""
-    index = TaskRunner(
-        name=INDEX_PAGE_TASK,
-        model=IndexPage,
-        handler=service.index_page,
-        runtime=runtime,
-        settings=worker_settings,
-    )
-    delete = TaskRunner(
-        name=DELETE_PAGE_TASK,
-        model=DeletePage,
-        handler=service.delete_page,
-        runtime=runtime,
-        settings=worker_settings,
-    )
+    for name, model, handler in _TASKS:
+        runner = TaskRunner(
+            name=name, model=model, handler=handler, runtime=runtime, settings=worker_settings
+        )
+        app.task(name=name, bind=True, max_retries=worker_settings.max_retries)(_task_body(runner))
 
-    def index_page(self: Task[Any, Any], message: Any) -> str:
-        """Index one page (fetched from its callback URL or carried inline)."""
-        return index(self, message)
 
-    def delete_page(self: Task[Any, Any], message: Any) -> str:
-        """Remove one page from the store."""
-        return delete(self, message)
+def _task_body(runner: TaskRunner) -> Callable[[Task[Any, Any], Any], str]:
+    """A plain function for Celery to bind (``bind=True`` passes the task as ``self``), named and
+    described after the service function it runs."""
 
-    batch = TaskRunner(
-        name=INDEX_PAGES_TASK,
-        model=IndexPages,
-        handler=service.index_pages,
-        runtime=runtime,
-        settings=worker_settings,
-    )
+    def body(self: Task[Any, Any], message: Any) -> str:
+        return runner(self, message)
 
-    def index_pages(self: Task[Any, Any], message: Any) -> str:
-        """Index a batch of pages together (bulk reindex)."""
-        return batch(self, message)
-
-    app.task(name=INDEX_PAGE_TASK, bind=True, max_retries=worker_settings.max_retries)(index_page)
-    app.task(name=INDEX_PAGES_TASK, bind=True, max_retries=worker_settings.max_retries)(index_pages)
-    app.task(name=DELETE_PAGE_TASK, bind=True, max_retries=worker_settings.max_retries)(delete_page)
+    body.__name__ = body.__qualname__ = runner.handler.__name__
+    body.__doc__ = runner.handler.__doc__
+    return body

@@ -100,6 +100,21 @@ async def _enqueue(
         raise
 
 
+async def _queue_index_page(
+    *, command: IndexPage, kind: JobKind, jobs: JobRepository, sender: CommandSender
+) -> JobRecord:
+    """Record the job first, with its command as payload (so a retry can re-send it), then send it."""
+    record = await jobs.create(
+        kind=kind,
+        payload=command.model_dump(mode="json"),
+        page_id=command.page_id,
+        revision_id=command.revision_id,
+        job_id=command.job_id,
+    )
+    await _enqueue(jobs=jobs, sender=sender, record=record, task=INDEX_PAGE_TASK, message=command)
+    return record
+
+
 async def accept_ping(
     *, ping: PageChangedPing, allowed_hosts: Sequence[str], jobs: JobRepository, sender: CommandSender
 ) -> JobRecord:
@@ -108,25 +123,18 @@ async def accept_ping(
         check_callback_url(ping.callback_url, allowed_hosts)
     except SourceRefused as exc:
         raise ValidationFailed(str(exc), field="callback_url") from None
-    job_id = _new_job_id()
     command = IndexPage(
-        job_id=job_id,
+        job_id=_new_job_id(),
         page_id=ping.page_id,
         revision_id=ping.revision_id,
         revision_date=ping.revision_date,
         callback_url=ping.callback_url,
         request_id=get_request_id(),
     )
-    record = await jobs.create(
-        kind=JobKind.index_page,
-        payload=command.model_dump(mode="json"),
-        page_id=ping.page_id,
-        revision_id=ping.revision_id,
-        job_id=job_id,
-    )
-    await _enqueue(jobs=jobs, sender=sender, record=record, task=INDEX_PAGE_TASK, message=command)
+    record = await _queue_index_page(command=command, kind=JobKind.index_page, jobs=jobs, sender=sender)
     logger.info(
-        "ping accepted", extra={"job_id": job_id, "page_id": ping.page_id, "revision_id": ping.revision_id}
+        "ping accepted",
+        extra={"job_id": record.job_id, "page_id": ping.page_id, "revision_id": ping.revision_id},
     )
     return record
 
@@ -135,24 +143,15 @@ async def accept_push(*, page: Page, jobs: JobRepository, sender: CommandSender)
     """Queue indexing of a page whose content came inline (wikis and CMSs without a content API)."""
     if "source" not in page.model_fields_set:
         page = page.model_copy(update={"source": "push"})
-    job_id = _new_job_id()
     command = IndexPage(
-        job_id=job_id,
+        job_id=_new_job_id(),
         page_id=page.page_id,
         revision_id=page.revision_id,
         revision_date=page.revision_date,
         page=page,
         request_id=get_request_id(),
     )
-    record = await jobs.create(
-        kind=JobKind.index_page,
-        payload=command.model_dump(mode="json"),
-        page_id=page.page_id,
-        revision_id=page.revision_id,
-        job_id=job_id,
-    )
-    await _enqueue(jobs=jobs, sender=sender, record=record, task=INDEX_PAGE_TASK, message=command)
-    return record
+    return await _queue_index_page(command=command, kind=JobKind.index_page, jobs=jobs, sender=sender)
 
 
 async def accept_delete(*, page_id: int, jobs: JobRepository, sender: CommandSender) -> JobRecord:
@@ -276,25 +275,17 @@ async def accept_uploads(
         key = page.url or upload.filename
         page_id = await ids.page_id(key=key)
         page = page.model_copy(update={"page_id": page_id})
-        job_id = _new_job_id()
         command = IndexPage(
-            job_id=job_id,
+            job_id=_new_job_id(),
             page_id=page_id,
             revision_id=page.revision_id,
             revision_date=page.revision_date,
             page=page,
             request_id=get_request_id(),
         )
-        record = await jobs.create(
-            kind=JobKind.upload,
-            payload=command.model_dump(mode="json"),
-            page_id=page_id,
-            revision_id=page.revision_id,
-            job_id=job_id,
-        )
-        await _enqueue(jobs=jobs, sender=sender, record=record, task=INDEX_PAGE_TASK, message=command)
+        record = await _queue_index_page(command=command, kind=JobKind.upload, jobs=jobs, sender=sender)
         accepted.append(AcceptedUpload(filename=upload.filename, key=key, page=page, record=record))
-        logger.info("upload accepted", extra={"job_id": job_id, "page_id": page_id, "key": key})
+        logger.info("upload accepted", extra={"job_id": record.job_id, "page_id": page_id, "key": key})
     return accepted
 
 
