@@ -41,23 +41,23 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import redis
 import redis.asyncio as aioredis
-import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.chat_corpus import build_sample_store, open_engine, sample_definition  # noqa: E402
+from support.chat_fakes import serve_app  # noqa: E402
+from support.processes import delete_redis_prefix  # noqa: E402
 
 from ragbot.chat.pipeline import ChatRequest  # noqa: E402
 from ragbot.chat.retriever import HttpRetriever  # noqa: E402
@@ -86,25 +86,6 @@ QUESTIONS = [
 ]
 MAX_TOKENS = 16
 CONTEXT_CHARS = 300
-
-
-@contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run an ASGI app with its lifespan on a free port in a thread; yields its URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise SystemExit("a bench server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -315,7 +296,7 @@ def main() -> None:
                 engine=engine, store=engine.store, embedders=engine.embedders, definition=sample_definition()
             )
 
-    with serve(create_retriever_app(resources=retriever_resources)) as retriever_url:
+    with serve_app(create_retriever_app(resources=retriever_resources), start_timeout_s=120) as retriever_url:
 
         @asynccontextmanager
         async def chat_resources() -> AsyncIterator[ChatResources]:
@@ -331,7 +312,7 @@ def main() -> None:
                 await retriever.close()
                 await client.aclose()
 
-        with serve(create_chat_app(resources=chat_resources)) as chat_url:
+        with serve_app(create_chat_app(resources=chat_resources), start_timeout_s=120) as chat_url:
             print(f"retriever {retriever_url}  chat {chat_url}  llm {llm.model} x{args.parallel}", flush=True)
             results = asyncio.run(
                 measure(
@@ -339,10 +320,7 @@ def main() -> None:
                 )
             )
     asyncio.run(llm.close())
-    cleanup = redis.Redis.from_url(args.redis_url)
-    keys = list(cleanup.scan_iter(f"{prefix}:*"))
-    if keys:
-        cleanup.delete(*keys)
+    delete_redis_prefix(args.redis_url, prefix)
 
     width = max(len(k) for k in results)
     for key, value in results.items():

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-import redis as sync_redis
 from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +46,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from support.fake_wiki import FakeWiki  # noqa: E402
-from support.processes import ServiceProcess, free_port  # noqa: E402
+from support.processes import (  # noqa: E402
+    ServiceProcess,
+    delete_es_prefix,
+    delete_redis_prefix,
+    free_port,
+    local_service,
+    service_env,
+)
 
 from ragbot.definition import parse_definition  # noqa: E402
 from ragbot.embedders import build_embedders  # noqa: E402
@@ -239,38 +245,36 @@ def services(
     definition = tmp / "definition.json"
     definition.write_text(json.dumps(DEFINITION_RAW), encoding="utf-8")
     ports = {"ingest": free_port(), "worker": free_port()}
-    env = {
-        **os.environ,
-        "RAGBOT_LOG_JSON": "true",
-        "RAGBOT_LOG_LEVEL": "WARNING",
-        "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-        "RAGBOT_DEVICE": "cpu",
-        "RAGBOT_REDIS_URL": redis_url,
-        "RAGBOT_REDIS_KEY_PREFIX": prefix,
-        "RAGBOT_STORE_BACKEND": "elasticsearch",
-        "RAGBOT_STORE_ES_URL": es_url,
-        "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
-        "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
-        "RAGBOT_INGEST_MAX_PAGE_BYTES": str(8 * 1024 * 1024),
-        "RAGBOT_WORKER_QUEUE": prefix,
-        "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-        "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-    }
+    env = service_env(
+        {
+            "RAGBOT_LOG_LEVEL": "WARNING",
+            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
+            "RAGBOT_DEVICE": "cpu",
+            "RAGBOT_REDIS_URL": redis_url,
+            "RAGBOT_REDIS_KEY_PREFIX": prefix,
+            "RAGBOT_STORE_BACKEND": "elasticsearch",
+            "RAGBOT_STORE_ES_URL": es_url,
+            "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
+            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_MAX_PAGE_BYTES": str(8 * 1024 * 1024),
+            "RAGBOT_WORKER_QUEUE": prefix,
+            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
+            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
+        }
+    )
     wiki = FakeWiki().start()
     procs = [
-        ServiceProcess(
-            name=name,
-            module=module,
+        local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
+        local_service(
+            "worker",
+            module="ragbot_embedder",
+            port=ports["worker"],
             env=env,
-            health_url=url,
-            log_path=tmp / f"{name}.log",
+            log_dir=tmp,
             cwd=tmp,
-        )
-        for name, module, url in (
-            ("ingest", "ragbot_ingest", f"http://127.0.0.1:{ports['ingest']}/healthz"),
-            ("worker", "ragbot_embedder", f"http://127.0.0.1:{ports['worker']}/readyz"),
-        )
+            health="readyz",
+        ),
     ]
     try:
         for proc in procs:
@@ -283,17 +287,8 @@ def services(
         for proc in procs:
             proc.stop()
         wiki.stop()
-        client = sync_redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
-        if keys:
-            client.delete(*keys)
-        client.close()
-        names = httpx.get(f"{es_url}/_cat/indices/{prefix}*", params={"format": "json", "h": "index"}).json()
-        if names:
-            httpx.delete(f"{es_url}/{','.join(r['index'] for r in names)}", timeout=60)
-        templates = httpx.get(f"{es_url}/_index_template/{prefix}*").json().get("index_templates", [])
-        for template in templates:
-            httpx.delete(f"{es_url}/_index_template/{template['name']}")
+        delete_redis_prefix(redis_url, prefix)
+        delete_es_prefix(es_url, prefix)
 
 
 def wait_job(client: httpx.Client, job_id: str, timeout_s: float) -> dict[str, Any]:

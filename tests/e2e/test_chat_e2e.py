@@ -8,7 +8,6 @@ are English and contexts short, so each generation stays within seconds on two c
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -21,11 +20,16 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import redis
 from support.chat_corpus import write_definition
 from support.chat_fakes import SSEEvent, parse_sse
 from support.chat_stack import sample_store
-from support.processes import ServiceProcess, free_port, local_service
+from support.processes import (
+    ServiceProcess,
+    delete_redis_prefix,
+    free_port,
+    local_service,
+    service_env,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -40,8 +44,6 @@ class Stack:
     retriever: ServiceProcess
     chat: ServiceProcess
     chat_url: str
-    redis_url: str
-    prefix: str
 
     def logs(self) -> str:
         return f"--- retriever ---\n{self.retriever.log_tail()}\n--- chat ---\n{self.chat.log_tail()}"
@@ -55,27 +57,25 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     definition = write_definition(root / "definition.json")
     retriever_port, chat_port = free_port(), free_port()
     prefix = f"test-chat-e2e-{uuid.uuid4().hex[:10]}"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "RAGBOT_LOG_JSON": "true",
-        "RAGBOT_REDIS_URL": redis_url,
-        "RAGBOT_REDIS_KEY_PREFIX": prefix,
-        "RAGBOT_STORE_BACKEND": "embedded",
-        "RAGBOT_STORE_EMBEDDED_PATH": str(store),
-        "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-        "RAGBOT_RETRIEVER_PORT": str(retriever_port),
-        "RAGBOT_CHAT_PORT": str(chat_port),
-        "RAGBOT_CHAT_RETRIEVER_URL": f"http://127.0.0.1:{retriever_port}",
-        "RAGBOT_CHAT_LLM_BACKEND": "llamacpp",
-        "RAGBOT_CHAT_LLM_MAX_TOKENS": "8",
-        "RAGBOT_CHAT_CONTEXT_MAX_CHARS": "300",
-        "RAGBOT_CHAT_PARAGRAPHS_PER_PAGE": "[2, 1]",
-        "RAGBOT_CHAT_LLAMACPP_PARALLEL": "2",
-        "RAGBOT_CHAT_LLAMACPP_CONTEXT_TOKENS": "2048",
-    }
-    for name in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR", "PROMETHEUS_MULTIPROC_DIR"):
+    env = service_env(
+        {
+            "RAGBOT_REDIS_URL": redis_url,
+            "RAGBOT_REDIS_KEY_PREFIX": prefix,
+            "RAGBOT_STORE_BACKEND": "embedded",
+            "RAGBOT_STORE_EMBEDDED_PATH": str(store),
+            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
+            "RAGBOT_RETRIEVER_PORT": str(retriever_port),
+            "RAGBOT_CHAT_PORT": str(chat_port),
+            "RAGBOT_CHAT_RETRIEVER_URL": f"http://127.0.0.1:{retriever_port}",
+            "RAGBOT_CHAT_LLM_BACKEND": "llamacpp",
+            "RAGBOT_CHAT_LLM_MAX_TOKENS": "8",
+            "RAGBOT_CHAT_CONTEXT_MAX_CHARS": "300",
+            "RAGBOT_CHAT_PARAGRAPHS_PER_PAGE": "[2, 1]",
+            "RAGBOT_CHAT_LLAMACPP_PARALLEL": "2",
+            "RAGBOT_CHAT_LLAMACPP_CONTEXT_TOKENS": "2048",
+        }
+    )
+    for name in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR"):
         env.pop(name, None)
     retriever = local_service(
         "retriever",
@@ -87,7 +87,7 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         health="readyz",
     )
     chat = local_service("chat", module="ragbot_chat", port=chat_port, env=env, log_dir=root, cwd=root)
-    running = Stack(retriever, chat, f"http://127.0.0.1:{chat_port}", redis_url, prefix)
+    running = Stack(retriever, chat, f"http://127.0.0.1:{chat_port}")
     try:
         retriever.start()
         chat.start()
@@ -97,13 +97,7 @@ def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     finally:
         chat.stop()
         retriever.stop()
-        client = redis.Redis.from_url(redis_url)
-        try:
-            keys = list(client.scan_iter(f"{prefix}:*"))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_redis_prefix(redis_url, prefix)
 
 
 @pytest.fixture

@@ -24,7 +24,14 @@ import pytest
 import redis
 from fixtures.files.builders import make_docx, make_pdf, make_pptx, make_zip_bomb
 from support.fake_wiki import FakeWiki, load_pages
-from support.processes import ServiceProcess, free_port, local_service
+from support.processes import (
+    ServiceProcess,
+    delete_es_prefix,
+    delete_redis_prefix,
+    free_port,
+    local_service,
+    service_env,
+)
 from support.tcp_proxy import TcpProxy
 
 from ragbot import cli
@@ -102,24 +109,6 @@ class Stack:
         self.worker.wait_healthy(timeout_s=300)
 
 
-def _cleanup(redis_url: str, prefix: str, es_url: str, index_prefix: str) -> None:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-    indices = httpx.get(f"{es_url}/_cat/indices/{index_prefix}*", params={"format": "json", "h": "index"})
-    names = [row["index"] for row in indices.json()] if indices.status_code == 200 else []
-    if names:
-        httpx.delete(f"{es_url}/{','.join(names)}", timeout=60).raise_for_status()
-    templates = httpx.get(f"{es_url}/_index_template/{index_prefix}*", timeout=30)
-    if templates.status_code == 200:
-        for template in templates.json().get("index_templates", []):
-            httpx.delete(f"{es_url}/_index_template/{template['name']}", timeout=30).raise_for_status()
-
-
 @pytest.fixture(scope="module")
 def stack(redis_url: str, es_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_id = uuid.uuid4().hex[:10]
@@ -130,33 +119,29 @@ def stack(redis_url: str, es_url: str, tmp_path_factory: pytest.TempPathFactory)
     es = httpx.URL(es_url)
     proxy = TcpProxy(es.host, es.port or 9200).start()
     ports = {"ingest": free_port(), "worker": free_port()}
-    base = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAGBOT_LOG_JSON": "true",
-        "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-        "RAGBOT_DEVICE": "cpu",
-        "RAGBOT_REDIS_URL": redis_url,
-        "RAGBOT_REDIS_KEY_PREFIX": prefix,
-        "RAGBOT_STORE_BACKEND": "elasticsearch",
-        "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
-        "RAGBOT_STORE_ES_TIMEOUT_S": "5",
-        "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
-        "RAGBOT_INGEST_MAX_UPLOAD_BYTES": str(UPLOAD_CAP),
-        "RAGBOT_INGEST_REINDEX_BATCH_PAGES": "4",
-        "RAGBOT_WORKER_QUEUE": queue,
-        "RAGBOT_WORKER_MAX_RETRIES": "40",
-        "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.5",
-        "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "3",
-        "RAGBOT_WORKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
-        "RAGBOT_WORKER_UNACKED_RESTORE_INTERVAL_S": "1",
-        "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-        "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-    }
-    base.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    base = service_env(
+        {
+            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
+            "RAGBOT_DEVICE": "cpu",
+            "RAGBOT_REDIS_URL": redis_url,
+            "RAGBOT_REDIS_KEY_PREFIX": prefix,
+            "RAGBOT_STORE_BACKEND": "elasticsearch",
+            "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
+            "RAGBOT_STORE_ES_TIMEOUT_S": "5",
+            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_MAX_UPLOAD_BYTES": str(UPLOAD_CAP),
+            "RAGBOT_INGEST_REINDEX_BATCH_PAGES": "4",
+            "RAGBOT_WORKER_QUEUE": queue,
+            "RAGBOT_WORKER_MAX_RETRIES": "40",
+            "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.5",
+            "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "3",
+            "RAGBOT_WORKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
+            "RAGBOT_WORKER_UNACKED_RESTORE_INTERVAL_S": "1",
+            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
+            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
+        }
+    )
     ingest_env = {**base, "RAGBOT_STORE_ES_URL": es_url}
     worker_env = {**base, "RAGBOT_STORE_ES_URL": proxy.url}
     wiki = FakeWiki(load_pages()).start()
@@ -190,7 +175,8 @@ def stack(redis_url: str, es_url: str, tmp_path_factory: pytest.TempPathFactory)
         client.close()
         wiki.stop()
         proxy.stop()
-        _cleanup(redis_url, prefix, es_url, index_prefix)
+        delete_redis_prefix(redis_url, prefix)
+        delete_es_prefix(es_url, index_prefix)
         assert all(code in (0, -15, None) for code in codes.values()), (codes, result.logs())
 
 

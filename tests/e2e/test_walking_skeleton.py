@@ -10,7 +10,6 @@ must keep running.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,9 +18,15 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 from support.fake_wiki import FakeWiki, load_pages
-from support.processes import ServiceProcess, free_port, local_service
+from support.processes import (
+    ServiceProcess,
+    delete_es_prefix,
+    delete_redis_prefix,
+    free_port,
+    local_service,
+    service_env,
+)
 
 from ragbot.queue import create_celery_app
 from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK
@@ -95,29 +100,6 @@ class Stack:
         return documents
 
 
-def _cleanup_redis(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
-    try:
-        # Job records, events and every Celery key (queue, unacked, bindings) live under the prefix.
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
-def _cleanup_elasticsearch(url: str, prefix: str) -> None:
-    """Delete the run's indices and templates by name (wildcard deletes are refused by default)."""
-    indices = httpx.get(f"{url}/_cat/indices/{prefix}*", params={"format": "json", "h": "index"}, timeout=30)
-    names = [row["index"] for row in indices.json()] if indices.status_code == 200 else []
-    if names:
-        httpx.delete(f"{url}/{','.join(names)}", timeout=60).raise_for_status()
-    templates = httpx.get(f"{url}/_index_template/{prefix}*", timeout=30)
-    if templates.status_code == 200:
-        for template in templates.json().get("index_templates", []):
-            httpx.delete(f"{url}/_index_template/{template['name']}", timeout=30).raise_for_status()
-
-
 @pytest.fixture(scope="module", params=["embedded", "elasticsearch"])
 def stack(
     request: pytest.FixtureRequest, redis_url: str, tmp_path_factory: pytest.TempPathFactory
@@ -130,35 +112,31 @@ def stack(
     definition = tmp / "definition.json"
     definition.write_text(json.dumps(TEST_DEFINITION), encoding="utf-8")
     ports = {"ingest": free_port(), "retriever": free_port(), "worker": free_port()}
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAGBOT_LOG_JSON": "true",
-        "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-        "RAGBOT_DEVICE": "cpu",
-        "RAGBOT_REDIS_URL": redis_url,
-        "RAGBOT_REDIS_KEY_PREFIX": prefix,
-        "RAGBOT_STORE_BACKEND": backend,
-        "RAGBOT_STORE_EMBEDDED_PATH": str(tmp / "ragbot.sqlite3"),
-        "RAGBOT_STORE_ES_URL": es_url or "http://127.0.0.1:9",
-        "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
-        "RAGBOT_INGEST_HOST": "127.0.0.1",
-        "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
-        "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
-        "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-        "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
-        "RAGBOT_WORKER_QUEUE": queue,
-        "RAGBOT_WORKER_MAX_RETRIES": str(MAX_RETRIES),
-        "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
-        "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
-        "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-        "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-        "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env = service_env(
+        {
+            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
+            "RAGBOT_DEVICE": "cpu",
+            "RAGBOT_REDIS_URL": redis_url,
+            "RAGBOT_REDIS_KEY_PREFIX": prefix,
+            "RAGBOT_STORE_BACKEND": backend,
+            "RAGBOT_STORE_EMBEDDED_PATH": str(tmp / "ragbot.sqlite3"),
+            "RAGBOT_STORE_ES_URL": es_url or "http://127.0.0.1:9",
+            "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
+            "RAGBOT_INGEST_HOST": "127.0.0.1",
+            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
+            "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
+            "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
+            "RAGBOT_WORKER_QUEUE": queue,
+            "RAGBOT_WORKER_MAX_RETRIES": str(MAX_RETRIES),
+            "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
+            "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
+            "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
+            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
+            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
+        }
+    )
     wiki = FakeWiki(load_pages()).start()
     processes = [
         local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
@@ -198,9 +176,9 @@ def stack(
         ingest.close()
         retriever.close()
         wiki.stop()
-        _cleanup_redis(redis_url, prefix)
+        delete_redis_prefix(redis_url, prefix)
         if es_url:
-            _cleanup_elasticsearch(es_url, index_prefix)
+            delete_es_prefix(es_url, index_prefix)
         # A clean SIGTERM stop, not a crash, for every service.
         assert all(code in (0, -15, None) for code in codes.values()), codes
 

@@ -12,23 +12,13 @@ import pytest
 import redis
 from support.chat_fakes import ScriptedLLM
 from support.chat_stack import ChatServer, chat_server
+from support.kolzchut_contract import CONFIG_FIELDS
 
 from ragbot.ports import ChatMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 QUERY = "מי זכאי לפטור ממס הכנסה?"
-CONFIG_FIELDS = {
-    "version",
-    "model",
-    "num_of_pages",
-    "add_current_page_to_search",
-    "temperature",
-    "system_prompt",
-    "user_prompt",
-    "banned_fields",
-    "rephrase_prompt",
-}
 
 
 def script(messages: Sequence[ChatMessage]) -> str:

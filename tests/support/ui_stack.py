@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import redis
 
 from support.chat_corpus import write_definition
 from support.chat_stack import sample_store
 from support.fake_wiki import FakeWiki, load_pages
-from support.processes import ServiceProcess, free_port, local_service
+from support.processes import (
+    ServiceProcess,
+    delete_redis_prefix,
+    free_port,
+    local_service,
+    service_env,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -38,21 +43,10 @@ class UiStack:
     ingest: httpx.Client
     wiki: FakeWiki
     processes: list[ServiceProcess]
-    tmp: Path
 
     def logs(self) -> str:
         """The tail of every service log, for failure messages."""
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(25)}" for p in self.processes)
-
-
-def _cleanup_redis(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 @contextmanager
@@ -64,44 +58,41 @@ def running_ui_stack(*, redis_url: str, tmp: Path) -> Iterator[UiStack]:
     run_id = uuid.uuid4().hex[:10]
     prefix = f"test-ui-{run_id}"
     ports = {name: free_port() for name in ("ingest", "worker", "retriever", "chat")}
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "RAGBOT_LOG_JSON": "true",
-        "RAGBOT_DEVICE": "cpu",
-        "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-        "RAGBOT_REDIS_URL": redis_url,
-        "RAGBOT_REDIS_KEY_PREFIX": prefix,
-        "RAGBOT_STORE_BACKEND": "embedded",
-        "RAGBOT_STORE_EMBEDDED_PATH": str(store),
-        "RAGBOT_INGEST_HOST": "127.0.0.1",
-        "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
-        "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
-        "RAGBOT_WORKER_QUEUE": prefix,
-        "RAGBOT_WORKER_MAX_RETRIES": "1",
-        "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
-        "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
-        "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-        "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-        "RAGBOT_WORKER_PARAGRAPH_TOKENS": "256",
-        "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-        "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-        "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
-        "RAGBOT_CHAT_HOST": "127.0.0.1",
-        "RAGBOT_CHAT_PORT": str(ports["chat"]),
-        "RAGBOT_CHAT_RETRIEVER_URL": f"http://127.0.0.1:{ports['retriever']}",
-        "RAGBOT_CHAT_INGEST_URL": f"http://127.0.0.1:{ports['ingest']}",
-        "RAGBOT_CHAT_LLM_BACKEND": "llamacpp",
-        "RAGBOT_CHAT_LLM_MAX_TOKENS": "24",
-        "RAGBOT_CHAT_CONTEXT_MAX_CHARS": "300",
-        "RAGBOT_CHAT_PARAGRAPHS_PER_PAGE": "[2, 1]",
-        "RAGBOT_CHAT_LLAMACPP_PARALLEL": "2",
-        "RAGBOT_CHAT_LLAMACPP_CONTEXT_TOKENS": "2048",
-    }
-    for name in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR", "PROMETHEUS_MULTIPROC_DIR"):
+    env = service_env(
+        {
+            "RAGBOT_DEVICE": "cpu",
+            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
+            "RAGBOT_REDIS_URL": redis_url,
+            "RAGBOT_REDIS_KEY_PREFIX": prefix,
+            "RAGBOT_STORE_BACKEND": "embedded",
+            "RAGBOT_STORE_EMBEDDED_PATH": str(store),
+            "RAGBOT_INGEST_HOST": "127.0.0.1",
+            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
+            "RAGBOT_WORKER_QUEUE": prefix,
+            "RAGBOT_WORKER_MAX_RETRIES": "1",
+            "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
+            "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
+            "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
+            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
+            "RAGBOT_WORKER_PARAGRAPH_TOKENS": "256",
+            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
+            "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
+            "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
+            "RAGBOT_CHAT_HOST": "127.0.0.1",
+            "RAGBOT_CHAT_PORT": str(ports["chat"]),
+            "RAGBOT_CHAT_RETRIEVER_URL": f"http://127.0.0.1:{ports['retriever']}",
+            "RAGBOT_CHAT_INGEST_URL": f"http://127.0.0.1:{ports['ingest']}",
+            "RAGBOT_CHAT_LLM_BACKEND": "llamacpp",
+            "RAGBOT_CHAT_LLM_MAX_TOKENS": "24",
+            "RAGBOT_CHAT_CONTEXT_MAX_CHARS": "300",
+            "RAGBOT_CHAT_PARAGRAPHS_PER_PAGE": "[2, 1]",
+            "RAGBOT_CHAT_LLAMACPP_PARALLEL": "2",
+            "RAGBOT_CHAT_LLAMACPP_CONTEXT_TOKENS": "2048",
+        }
+    )
+    for name in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR"):
         env.pop(name, None)
     failing = {**load_pages()[1], "page_id": FAILING_PAGE_ID}
     wiki = FakeWiki([failing]).start()
@@ -124,10 +115,10 @@ def running_ui_stack(*, redis_url: str, tmp: Path) -> Iterator[UiStack]:
             proc.start()
         for proc in processes:
             proc.wait_healthy(timeout_s=START_TIMEOUT_S)
-        yield UiStack(f"http://127.0.0.1:{ports['chat']}", ingest, wiki, processes, tmp)
+        yield UiStack(f"http://127.0.0.1:{ports['chat']}", ingest, wiki, processes)
     finally:
         for proc in reversed(processes):
             proc.stop()
         ingest.close()
         wiki.stop()
-        _cleanup_redis(redis_url, prefix)
+        delete_redis_prefix(redis_url, prefix)

@@ -7,6 +7,7 @@ from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
+from support.kolzchut_contract import CONFIG_FIELDS
 
 from ragbot.chat.citations import cited_numbers, confidences, split_cited, to_source, unique_pages
 from ragbot.chat.kolzchut import ConfigStore, KolZchutConfig, KolZchutConfigIn, default_config, page_plan
@@ -136,17 +137,7 @@ def _config(**changes: object) -> dict[str, object]:
 
 
 def test_the_default_config_has_exactly_the_contract_fields() -> None:
-    assert set(_config()) == {
-        "version",
-        "model",
-        "num_of_pages",
-        "add_current_page_to_search",
-        "temperature",
-        "system_prompt",
-        "user_prompt",
-        "banned_fields",
-        "rephrase_prompt",
-    }
+    assert set(_config()) == CONFIG_FIELDS
 
 
 @pytest.mark.parametrize(

@@ -264,3 +264,11 @@ def test_every_ragbot_variable_compose_sets_is_a_setting(services: dict[str, dic
         assert isinstance(environment, dict), f"{name}: use the mapping form of environment"
         unknown = {key for key in environment if key.startswith("RAGBOT_") and key not in known}
         assert not unknown, f"{name} sets variables no settings class reads (silently ignored): {unknown}"
+
+
+def test_chat_answers_with_the_ollama_service(services: dict[str, dict[str, Any]]) -> None:
+    env = services["chat"]["environment"]
+    assert env["RAGBOT_CHAT_LLM_BACKEND"].endswith(":-ollama}")
+    assert "http://ollama:11434" in env["RAGBOT_CHAT_LLM_URL"]
+    assert "OLLAMA_MODEL" in env["RAGBOT_CHAT_LLM_MODEL"]  # the model ollama-pull fetches
+    assert "ollama" in services["chat"]["depends_on"]
