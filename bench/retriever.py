@@ -44,7 +44,7 @@ from ragbot.definition import DocumentDefinition, load_definition, parse_definit
 from ragbot.embedders import build_embedders
 from ragbot.evaluation import EvalConfig, VectorCache, evaluate, latency_summary, load_beir
 from ragbot.ports import Embedder, Reranker, SearchStore, StoredParagraph
-from ragbot.rerankers import build_reranker
+from ragbot.rerankers import configured_reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.schemas.retrieval import RetrieveRequest
 from ragbot.settings import ModelSettings, RetrieverSettings, StoreSettings
@@ -259,13 +259,10 @@ async def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     base = load_definition(args.definition)
-    settings = ModelSettings(query_cache_size=0)
+    settings = ModelSettings(device="cpu", query_cache_size=0)
     retriever_settings = RetrieverSettings()
-    reranker = build_reranker(
-        args.reranker,
-        device="cpu",
-        max_length=retriever_settings.reranker_max_length,
-        quantize=retriever_settings.reranker_quantize,
+    reranker = (
+        configured_reranker(retriever_settings, settings, path=args.reranker) if args.reranker else None
     )
     if reranker is not None:
         reranker.warm_up()
@@ -298,7 +295,8 @@ async def main() -> int:
             )
 
     definition = with_models(base, {MINILM: ["title", "content"]})
-    embedder = build_embedders(settings=settings, definition=definition)[MINILM]
+    # As the retriever service builds it: one query at a time ("auto" precision: float32 on a CPU).
+    embedder = build_embedders(settings=settings, definition=definition, batched=False)[MINILM]
     embedder.warm_up()
     corpus = synthetic_corpus(args.scifact, args.paragraphs)
     scifact_queries = [

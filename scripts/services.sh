@@ -13,7 +13,7 @@
 #   ES_TRANSPORT_PORT     Elasticsearch transport port [ES_PORT + 100, so 9350]
 #   ES_HEAP               Elasticsearch heap, -Xms and -Xmx [512m]
 #   ES_VERSION            integ-test-zip version from Maven Central [8.19.21, keep equal to compose.yaml]
-#   ES_JAVA_HOME          JDK for Elasticsearch [a JDK 17+ under /usr/lib/jvm, 17 preferred for 8.x]
+#   ES_JAVA_HOME          JDK for Elasticsearch [the newest JDK 17+ under /usr/lib/jvm]
 #   ES_START_TIMEOUT      seconds to wait for yellow health [180]
 #   RAGBOT_RUN_DIR        pid files, logs and data [root: /var/cache/ragbot/run; else <cache>/run]
 #   RAGBOT_SERVICES_OWNER tag written by `up`; a `down` that sets it only stops what carries the same tag
@@ -206,9 +206,11 @@ java_major() {
 }
 
 es_java_home() {
-    # Elasticsearch 8.x supports JDK 17 and 21; 9.x needs 21+.
-    local min=17 prefer=17 best="" best_major=0 d m
-    [[ ${ES_VERSION%%.*} -ge 9 ]] && min=21 prefer=21
+    # The newest JDK >= 17 (9.x: >= 21). Lucene's SIMD vector code (Panama) and Elasticsearch's native
+    # vector library need JDK 21+: on 17 the dense searches run scalar, measured 1.6x slower at 100k
+    # paragraphs (docs/benchmarks.md). The official images bundle a recent JDK too.
+    local min=17 best="" best_major=0 d m
+    [[ ${ES_VERSION%%.*} -ge 9 ]] && min=21
     if [[ -n ${ES_JAVA_HOME:-} ]]; then
         [[ -x $ES_JAVA_HOME/bin/java ]] || die "ES_JAVA_HOME=$ES_JAVA_HOME has no bin/java"
         echo "$ES_JAVA_HOME"
@@ -218,11 +220,7 @@ es_java_home() {
         [[ -x $d/bin/java && ! -L $d ]] || continue
         m=$(java_major "$d")
         if [[ -z $m ]] || ((m < min)); then continue; fi
-        if [[ $m -eq $prefer ]]; then
-            echo "$d"
-            return 0
-        fi
-        if [[ -z $best ]] || ((m < best_major)); then best=$d best_major=$m; fi
+        if ((m > best_major)); then best=$d best_major=$m; fi
     done
     [[ -n $best ]] && {
         echo "$best"

@@ -155,7 +155,7 @@ async def _eval(args: argparse.Namespace) -> Any:
         standard_configs,
     )
     from ragbot.ports import Embedder
-    from ragbot.rerankers import build_reranker
+    from ragbot.rerankers import configured_reranker
     from ragbot.retrieval import RetrievalDefaults
     from ragbot.settings import (
         get_model_settings,
@@ -180,11 +180,8 @@ async def _eval(args: argparse.Namespace) -> Any:
     }
     defaults = dataclasses.replace(defaults, **{k: v for k, v in overrides.items() if v is not None})
     reranker_path = None if args.no_rerank else (args.reranker or retriever_settings.reranker_path)
-    reranker = build_reranker(
-        reranker_path,
-        device=model_settings.device,
-        max_length=retriever_settings.reranker_max_length,
-        quantize=retriever_settings.reranker_quantize,
+    reranker = (
+        configured_reranker(retriever_settings, model_settings, path=reranker_path) if reranker_path else None
     )
     configs: list[EvalConfig] = standard_configs(definition.model_names, with_rerank=reranker is not None)
     wanted = _csv(args.configs)

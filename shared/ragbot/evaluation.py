@@ -305,8 +305,9 @@ def page_ids(dataset: BeirDataset) -> dict[int, str]:
 class VectorCache:
     """An ``Embedder`` that remembers every vector it computed in a file (evaluation only).
 
-    Keys are SHA-1 of (kind, text); the file is ``<model name>.npz`` under the cache folder and is
-    written by ``flush``. Token counting and everything else go to the wrapped model.
+    Keys are SHA-1 of (kind, text); the file is ``<model name>.npz`` under the cache folder
+    (``<model name>-<precision>.npz`` when the model runs in bfloat16 or float16) and is written by
+    ``flush``. Token counting and everything else go to the wrapped model.
     """
 
     def __init__(self, inner: Embedder, *, folder: Path) -> None:
@@ -337,6 +338,9 @@ class VectorCache:
         with self._lock:
             if self._loaded:
                 return
+            precision = str(getattr(self.inner, "resolved_precision", "") or "float32")
+            if precision != "float32":  # other vectors than float32's: a file of their own
+                self.path = self.path.with_name(f"{self.path.stem}-{precision}.npz")
             if self.path.is_file():
                 with np.load(self.path) as data:
                     keys, vectors = data["keys"], data["vectors"]

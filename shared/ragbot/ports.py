@@ -28,6 +28,15 @@ class StoredParagraph:
     vectors: dict[str, Vector] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class PageWrite:
+    """One page's new revision for ``SearchStore.replace_pages``."""
+
+    page_id: int
+    revision_id: int
+    paragraphs: Sequence[StoredParagraph]
+
+
 @dataclass(slots=True)
 class SearchHit:
     """A paragraph found by a search: its id, the branch's raw score and its vector-free source."""
@@ -56,6 +65,14 @@ class SearchStore(Protocol):
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:
         """Write a revision's paragraphs, then drop every other revision of the page (never a gap)."""
+
+    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
+        """``replace_page`` for many pages in one round of requests; returns the pages that failed.
+
+        Each page is replaced as ``replace_page`` would (a failed one keeps its old revision) and
+        fails on its own: its error goes in the result, keyed by page id, and the others are still
+        written. A store that is down raises ``StoreUnavailable``; a page id given twice, ValueError.
+        """
 
     async def delete_page(self, *, page_id: int) -> int:
         """Remove a page from every shard; returns how many paragraphs went."""

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from ragbot.definition import parse_definition
-from ragbot.errors import ValidationFailed
-from ragbot.ports import SearchHit, SearchStore, StoredParagraph, Vector
+from ragbot.errors import RagbotError, ValidationFailed
+from ragbot.ports import PageWrite, SearchHit, SearchStore, StoredParagraph, Vector
 from ragbot.settings import StoreSettings
 from ragbot.stores import build_store, doc_id
 from ragbot.stores import embedded as embedded_module
@@ -229,6 +229,70 @@ async def test_pages_in_other_buckets_are_untouched(store: SearchStore) -> None:
     assert await store.count() == 7
     assert await store.delete_page(page_id=1500) == 4
     assert await store.count() == 3
+
+
+def write(paragraphs: Sequence[StoredParagraph]) -> PageWrite:
+    first = paragraphs[0]
+    return PageWrite(first.page_id, first.revision_id, paragraphs)
+
+
+async def doc_ids_of(store: SearchStore, page_id: int) -> list[str]:
+    return [h.doc_id for h in await store.page_paragraphs(page_id=page_id)]
+
+
+async def test_replace_pages_leaves_each_page_with_exactly_its_new_revision(store: SearchStore) -> None:
+    for paragraphs in (page(1, 1, 3), page(2, 4, 2), page(1500, 1, 2), page(5, 1, 2)):
+        await replace(store, paragraphs)
+    failed = await store.replace_pages(
+        [
+            write(page(1, 2, 2)),  # a new revision replaces the old one
+            write(page(2, 4, 5)),  # the same revision grows
+            write(page(1500, 3, 4)),  # another bucket
+            write(page(3, 1, 2)),  # a new page
+            PageWrite(4, 1, []),  # no paragraphs: an empty page
+        ]
+    )
+    assert failed == {}
+    assert await doc_ids_of(store, 1) == [doc_id(1, 2, n) for n in range(2)]
+    assert await doc_ids_of(store, 2) == [doc_id(2, 4, n) for n in range(5)]
+    assert await doc_ids_of(store, 1500) == [doc_id(1500, 3, n) for n in range(4)]
+    assert await doc_ids_of(store, 3) == [doc_id(3, 1, n) for n in range(2)]
+    assert await doc_ids_of(store, 5) == [doc_id(5, 1, n) for n in range(2)]  # untouched
+    assert await store.get(doc_ids=[doc_id(1, 1, n) for n in range(3)]) == []
+    assert await store.count() == 15
+    state = await store.page_state(page_id=1500)
+    assert state is not None and (state.revision_id, state.paragraphs) == (3, 4)
+    query = vectors_for(1 * 10_000 + 2 * 100 + 1)[CONTENT_MINI]  # paragraph 1 of page 1 revision 2
+    [hit] = await store.knn(vector_field=CONTENT_MINI, vector=query, k=1)  # searchable at once
+    assert hit.doc_id == doc_id(1, 2, 1)
+
+
+async def test_replace_pages_reports_a_refused_page_and_writes_the_others(store: SearchStore) -> None:
+    await replace(store, page(4, 1, 3))
+    await replace(store, page(6, 1, 2))
+    wrong_dimension = page(4, 2, 3)
+    wrong_dimension[1].vectors[CONTENT_MINI] = np.ones(3, dtype=np.float32)
+    wrong_type = page(8, 1, 2)
+    wrong_type[1].fields["namespace"] = "abc"
+    failed = await store.replace_pages(
+        [write(wrong_dimension), write(page(6, 2, 1)), write(wrong_type), write(page(7, 1, 2))]
+    )
+    assert sorted(failed) == [4, 8]
+    assert all(isinstance(e, ValidationFailed) for e in failed.values())
+    assert "expects 8 dimensions" in str(failed[4])
+    assert await doc_ids_of(store, 4) == [doc_id(4, 1, n) for n in range(3)]  # the old revision stays
+    assert await doc_ids_of(store, 8) == []
+    assert await doc_ids_of(store, 6) == [doc_id(6, 2, 0)]
+    assert await doc_ids_of(store, 7) == [doc_id(7, 1, n) for n in range(2)]
+    assert await store.count() == 6
+
+
+async def test_replace_pages_of_nothing_is_a_no_op_and_a_page_twice_is_refused(store: SearchStore) -> None:
+    await replace(store, page(1, 1, 2))
+    assert await store.replace_pages([]) == {}
+    with pytest.raises(ValueError, match="same page twice"):
+        await store.replace_pages([write(page(2, 1, 1)), write(page(2, 2, 1))])
+    assert await store.count() == 2 and await doc_ids_of(store, 2) == []
 
 
 async def test_delete_page(store: SearchStore) -> None:
@@ -471,6 +535,30 @@ async def test_elasticsearch_approximate_mode_uses_hnsw(es_url: str) -> None:
         target = doc_id(4, 1, 1)
         hits = await store.knn(vector_field=CONTENT_MINI, vector=written[target][CONTENT_MINI], k=3)
         assert hits[0].doc_id == target and hits[0].score == pytest.approx(2.0, abs=1e-4)
+    finally:
+        await dispose(store)
+
+
+async def test_elasticsearch_undoes_a_page_whose_documents_fail_in_the_bulk(es_url: str) -> None:
+    # Elasticsearch refuses an integer out of its field's range per document, after our checks pass.
+    store = ElasticsearchStore(settings=es_settings(es_url), definition=DEFINITION, dimensions=DIMENSIONS)
+    try:
+        await store.ensure_ready()
+        await replace(store, page(20, 1, 2))
+        await replace(store, page(21, 1, 3))
+        broken = page(20, 2, 3)
+        broken[2].fields["namespace"] = 2**40
+        failed = await store.replace_pages([write(broken), write(page(21, 2, 1)), write(page(22, 1, 2))])
+        assert list(failed) == [20] and type(failed[20]) is RagbotError
+        assert "refused indexing page 20" in str(failed[20])
+        # Its new documents that did go in are removed again; the old revision stays whole.
+        assert await doc_ids_of(store, 20) == [doc_id(20, 1, 0), doc_id(20, 1, 1)]
+        assert await doc_ids_of(store, 21) == [doc_id(21, 2, 0)]
+        assert await doc_ids_of(store, 22) == [doc_id(22, 1, 0), doc_id(22, 1, 1)]
+        assert await store.count() == 5
+        with pytest.raises(RagbotError, match="refused indexing page 20"):  # one page: raised
+            await store.replace_page(page_id=20, revision_id=2, paragraphs=broken)
+        assert await doc_ids_of(store, 20) == [doc_id(20, 1, 0), doc_id(20, 1, 1)]
     finally:
         await dispose(store)
 

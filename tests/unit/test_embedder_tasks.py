@@ -15,7 +15,7 @@ from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, Sto
 from ragbot.events import EventPublisher
 from ragbot.jobs import JobStore
 from ragbot.observability.metrics import worker_metrics
-from ragbot.ports import SearchStore, StoredParagraph
+from ragbot.ports import PageWrite, SearchStore, StoredParagraph
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage, PageDeleted, PageIndexed
 from ragbot.schemas.pages import Page, PageState
@@ -46,6 +46,11 @@ class FakeStore:
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:
         self.states[page_id] = PageState(page_id=page_id, revision_id=revision_id, paragraphs=len(paragraphs))
+
+    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
+        for w in writes:
+            await self.replace_page(page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs)
+        return {}
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pytest
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.embedders import CachedQueryEmbedder, cached_queries
 from ragbot.errors import DependencyUnavailable, EmbeddingError, StoreUnavailable, ValidationFailed
-from ragbot.ports import Filters, SearchHit, StoredParagraph, Vector
+from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
 from ragbot.retrieval import BM25_BRANCH, RetrievalDefaults, RetrievalEngine
 from ragbot.schemas.pages import PageState
 from ragbot.schemas.retrieval import RetrieveRequest
@@ -114,6 +114,11 @@ class FakeStore:
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:
         self.paragraphs = [p for p in self.paragraphs if p.page_id != page_id] + list(paragraphs)
+
+    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
+        for w in writes:
+            await self.replace_page(page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs)
+        return {}
 
     async def delete_page(self, *, page_id: int) -> int:
         before = len(self.paragraphs)

@@ -25,11 +25,11 @@ from support.ingest_fakes import FakeJobs, FakeSender
 from ragbot import cli
 from ragbot.cli_reindex import follow
 from ragbot.definition import parse_definition
-from ragbot.errors import SourceError, SourceRefused, ValidationFailed
+from ragbot.errors import RagbotError, SourceError, SourceRefused, StoreUnavailable, ValidationFailed
 from ragbot.events import EventPublisher
 from ragbot.jobs import JobStore
 from ragbot.observability.metrics import worker_metrics
-from ragbot.ports import SearchStore, StoredParagraph
+from ragbot.ports import PageWrite, SearchStore, StoredParagraph
 from ragbot.reindex import WikiLister, batch_job_id, combine_batches, page_from_line
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import INDEX_PAGES_TASK, IndexPage, IndexPages, PageRef
@@ -315,6 +315,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self.pages: dict[int, list[StoredParagraph]] = {}
         self.writes: list[int] = []
+        self.batches: list[list[int]] = []  # page ids of each replace_pages call
+        self.refuse: dict[int, RagbotError] = {}  # pages whose write fails, and how
 
     async def ensure_ready(self) -> None:
         return None
@@ -329,8 +331,20 @@ class MemoryStore:
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:
         assert all(p.vectors for p in paragraphs)
+        if page_id in self.refuse:
+            raise self.refuse[page_id]
         self.pages[page_id] = list(paragraphs)
         self.writes.append(page_id)
+
+    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
+        self.batches.append([w.page_id for w in writes])
+        failed: dict[int, Exception] = {}
+        for w in writes:
+            try:
+                await self.replace_page(page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs)
+            except RagbotError as exc:
+                failed[w.page_id] = exc
+        return failed
 
     async def delete_page(self, *, page_id: int) -> int:
         return len(self.pages.pop(page_id, []))
@@ -446,6 +460,45 @@ async def test_a_page_that_breaks_the_embedder_does_not_sink_the_batch(batch: Ba
     outcome = await service.index_pages(ctx=batch.ctx, command=IndexPages(job_id="b", pages=pages))
     assert outcome.state is JobState.failed and outcome.error is not None and "page 2" in outcome.error
     assert sorted(batch.store.pages) == [1, 3]
+
+
+async def test_a_page_the_store_refuses_is_reported_and_the_rest_written_in_one_call(batch: Batch) -> None:
+    batch.store.refuse[2] = ValidationFailed("content_vectors expects 8 dimensions")
+    pages = [page(1), page(2), page(3)]
+    outcome = await service.index_pages(ctx=batch.ctx, command=IndexPages(job_id="b", pages=pages))
+    assert outcome.state is JobState.failed and outcome.progress == {
+        "total": 3,
+        "done": 2,
+        "failed": 1,
+        "pending": 0,
+    }
+    assert outcome.error == "page 2: ValidationFailed: content_vectors expects 8 dimensions"
+    assert "2 indexed, 4 paragraphs" in outcome.detail
+    assert sorted(batch.store.pages) == [1, 3]
+    assert [e.page_id for e in batch.events.published] == [1, 3]
+    # One write for the batch, embedded once: no page-by-page retry of what the store refused.
+    assert batch.store.batches == [[1, 2, 3]] and batch.embedder.calls == [6, 3]
+
+
+async def test_a_page_the_store_cannot_take_now_retries_the_batch(batch: Batch) -> None:
+    batch.store.refuse[2] = StoreUnavailable("elasticsearch indexing page 2: 1 item(s) failed (429)")
+    command = IndexPages(job_id="b", pages=[page(1), page(2), page(3)])
+    with pytest.raises(StoreUnavailable):
+        await service.index_pages(ctx=batch.ctx, command=command)
+    assert sorted(batch.store.pages) == [1, 3]
+    assert [e.page_id for e in batch.events.published] == [1, 3]  # written pages are announced
+    batch.store.refuse.clear()
+    outcome = await service.index_pages(ctx=batch.ctx, command=command)
+    assert outcome.state is JobState.done and outcome.progress is not None and outcome.progress["done"] == 3
+    assert "2 unchanged" in outcome.detail and sorted(batch.store.pages) == [1, 2, 3]
+
+
+async def test_a_single_page_the_store_refuses_raises(batch: Batch) -> None:
+    batch.store.refuse[1] = ValidationFailed("bad paragraph")
+    command = IndexPage(job_id="p", page_id=1, revision_id=1, page=page(1))
+    with pytest.raises(ValidationFailed, match="bad paragraph"):
+        await service.index_page(ctx=batch.ctx, command=command)
+    assert batch.store.pages == {} and batch.events.published == []
 
 
 async def test_uploads_replace_whatever_revision_they_carry(batch: Batch) -> None:

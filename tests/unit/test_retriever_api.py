@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from ragbot.definition import parse_definition
 from ragbot.errors import EmbeddingError, StoreUnavailable
-from ragbot.ports import Filters, SearchHit, StoredParagraph, Vector
+from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.schemas.pages import PageState
 from ragbot_retriever.app import create_app
@@ -102,6 +102,9 @@ class SwitchableStore:
     async def replace_page(
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:
+        raise NotImplementedError
+
+    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
         raise NotImplementedError
 
     async def delete_page(self, *, page_id: int) -> int:

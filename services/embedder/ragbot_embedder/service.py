@@ -11,8 +11,9 @@ same revision is a no-op and any other revision replaces the page (the last uplo
 Batching: ``index_page`` handles one ping (the freshness path: nothing waits for company).
 ``index_pages`` handles a batch of pages that arrived together (a bulk reindex): every page is split
 first, the batch's paragraphs are embedded in shared calls of at most ``batch_max_paragraphs`` per
-(model, field), then each page is written with one atomic ``replace_page``. A page that fails is
-counted and reported; the rest of the batch is still written.
+(model, field), then each group of pages is written with one ``replace_pages`` (atomic per page, one
+round of store requests per group). A page that fails is counted and reported; the rest of the batch
+is still written.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ from ragbot.indexing import (
 from ragbot.jobs import JobStore
 from ragbot.observability.metrics import WorkerMetrics
 from ragbot.paragraphs import LinkTargets
-from ragbot.ports import Embedder, PageSource, SearchStore, StoredParagraph
+from ragbot.ports import Embedder, PageSource, PageWrite, SearchStore
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import DeletePage, IndexPage, IndexPages, PageDeleted, PageIndexed, PageRef
 from ragbot.schemas.pages import Page, PageState
 
 logger = logging.getLogger(__name__)
+
 
 
 @dataclass(slots=True)
@@ -143,14 +145,21 @@ async def index_page(*, ctx: IndexingContext, command: IndexPage, final: bool = 
 
 
 async def write_pages(
-    *, ctx: IndexingContext, store: SearchStore, pages: Sequence[Page], job_id: str | None
+    *,
+    ctx: IndexingContext,
+    store: SearchStore,
+    pages: Sequence[Page],
+    job_id: str | None,
+    failed: dict[int, Exception] | None = None,
 ) -> list[int]:
-    """Split, (contextualise), embed in shared batches and write pages; paragraphs written per page.
+    """Split, (contextualise), embed in shared batches and write pages; paragraphs per page.
 
     Pages are written group by group (at most ``batch_max_paragraphs`` paragraphs embedded per
-    call), so a long batch becomes searchable progressively and its memory stays bounded. A group's
-    writes run while the next group is embedded (in a thread), so the store's round trips overlap
-    the model's work.
+    call), one ``replace_pages`` per group, so a long batch becomes searchable progressively and its
+    memory stays bounded. A group's write runs while the next group is embedded (in a thread), so
+    the store's round trips overlap the model's work. A page the store refuses goes into ``failed``
+    when given; without it, the first refusal is raised once every group is written. A store that is
+    down (``DependencyUnavailable``, for the request or a page) raises at once.
     """
     started = time.perf_counter()
     prepared = [
@@ -164,11 +173,19 @@ async def write_pages(
         for page in pages
     ]
     counts = [len(p) for p in prepared]
+    refused: dict[int, Exception] = {}
 
     async def write(group: Sequence[int]) -> None:
+        writes = [PageWrite(pages[i].page_id, pages[i].revision_id, prepared[i]) for i in group]
+        errors = await store.replace_pages(writes)
         for i in group:
-            await _write_one(ctx=ctx, store=store, page=pages[i], paragraphs=prepared[i], job_id=job_id)
-            prepared[i] = []  # the vectors are written: let them go
+            prepared[i] = []  # the vectors are written (or refused): let them go
+            if pages[i].page_id not in errors:
+                await _indexed(ctx=ctx, page=pages[i], paragraphs=counts[i], job_id=job_id)
+        down = [e for e in errors.values() if isinstance(e, DependencyUnavailable)]
+        if down:
+            raise down[0]
+        refused.update(errors)
 
     writing: asyncio.Task[None] | None = None
     try:
@@ -196,20 +213,17 @@ async def write_pages(
             await asyncio.gather(writing, return_exceptions=True)
     if sum(counts) > EMBED_CALL_TEXTS:
         release_memory()  # a long page or batch: hand its buffers back before the next task
+    if failed is not None:
+        failed.update(refused)
+    elif refused:
+        raise next(iter(refused.values()))
     return counts
 
 
-async def _write_one(
-    *,
-    ctx: IndexingContext,
-    store: SearchStore,
-    page: Page,
-    paragraphs: Sequence[StoredParagraph],
-    job_id: str | None,
-) -> None:
-    await store.replace_page(page_id=page.page_id, revision_id=page.revision_id, paragraphs=paragraphs)
+async def _indexed(*, ctx: IndexingContext, page: Page, paragraphs: int, job_id: str | None) -> None:
+    """Count a written page and announce it."""
     for model in ctx.definition.model_names:
-        ctx.metrics.paragraphs.labels(model).inc(len(paragraphs))
+        ctx.metrics.paragraphs.labels(model).inc(paragraphs)
     indexed_at = _now()
     lag = (indexed_at - page.revision_date).total_seconds() if page.revision_date else None
     if lag is not None and lag >= 0:
@@ -219,7 +233,7 @@ async def _write_one(
         PageIndexed(
             page_id=page.page_id,
             revision_id=page.revision_id,
-            paragraphs=len(paragraphs),
+            paragraphs=paragraphs,
             indexed_at=indexed_at,
             lag_s=lag,
             job_id=job_id,
@@ -263,9 +277,9 @@ async def index_pages(*, ctx: IndexingContext, command: IndexPages, final: bool 
     for page in fetched:
         await _consider(ctx=ctx, store=store, page=page, force=command.force, tally=tally, into=candidates)
     pages = list(candidates.values())
+    refused: dict[int, Exception] = {}
     try:
-        counts = await write_pages(ctx=ctx, store=store, pages=pages, job_id=command.job_id)
-        tally.done += len(pages)
+        counts = await write_pages(ctx=ctx, store=store, pages=pages, job_id=command.job_id, failed=refused)
     except DependencyUnavailable:
         raise  # the store or Redis: retry the batch (pages already written are skipped next time)
     except Exception as exc:  # one bad page must not sink the batch: find it page by page
@@ -273,11 +287,16 @@ async def index_pages(*, ctx: IndexingContext, command: IndexPages, final: bool 
         counts = await _write_one_by_one(
             ctx=ctx, store=store, pages=pages, job_id=command.job_id, tally=tally
         )
+    else:
+        for page_id, error in refused.items():  # the store refused these pages, the rest are written
+            _page_failed(tally, page_id, error)
+        counts = [n for p, n in zip(pages, counts, strict=True) if p.page_id not in refused]
+        tally.done += len(counts)
     if final and tally.pending:
         tally.failed.update(tally.pending)
         tally.pending.clear()
     detail = (
-        f"{tally.done} of {tally.total} pages done ({len(pages)} indexed, {sum(counts)} paragraphs; "
+        f"{tally.done} of {tally.total} pages done ({len(counts)} indexed, {sum(counts)} paragraphs; "
         f"{tally.skipped} unchanged; {tally.removed} out of scope)"
     )
     state = JobState.failed if tally.failed else JobState.done
@@ -365,9 +384,14 @@ async def _write_one_by_one(
         except DependencyUnavailable:
             raise
         except Exception as exc:  # reported on the batch job, the worker carries on
-            logger.error("page failed", extra={"page_id": page.page_id, "error": repr(exc)}, exc_info=True)
-            tally.failed[page.page_id] = f"{type(exc).__name__}: {exc}"
+            _page_failed(tally, page.page_id, exc)
     return counts
+
+
+def _page_failed(tally: _BatchTally, page_id: int, exc: Exception) -> None:
+    """A page that failed for good: logged, and reported on the batch job."""
+    logger.error("page failed", extra={"page_id": page_id, "error": repr(exc)}, exc_info=exc)
+    tally.failed[page_id] = f"{type(exc).__name__}: {exc}"
 
 
 def _reasons(by_page: Mapping[int, str], *, limit: int = 20) -> str:

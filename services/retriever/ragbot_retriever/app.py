@@ -53,19 +53,15 @@ async def build_resources(
 ) -> AsyncIterator[Resources]:
     """The composition root: definition, embedders (warmed in a thread), store sized by the models."""
     from ragbot.embedders import build_embedders, cached_queries
-    from ragbot.rerankers import build_reranker
+    from ragbot.rerankers import configured_reranker
     from ragbot.stores import build_store
 
     if reranker is None:  # RAGBOT_RETRIEVER_RERANKER_PATH set: rerank by default (default_rerank)
-        reranker = build_reranker(
-            retriever_settings.reranker_path,
-            device=model_settings.device,
-            max_length=retriever_settings.reranker_max_length,
-            quantize=retriever_settings.reranker_quantize,
-        )
+        reranker = configured_reranker(retriever_settings, model_settings)
     definition = load_definition(model_settings.document_definition)
     embedders = cached_queries(
-        build_embedders(settings=model_settings, definition=definition),
+        # One query at a time: "auto" precision stays float32 on a CPU (ragbot.precision).
+        build_embedders(settings=model_settings, definition=definition, batched=False),
         max_size=model_settings.query_cache_size,
     )
     await asyncio.to_thread(_warm_up, embedders, reranker)

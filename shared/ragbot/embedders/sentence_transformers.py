@@ -13,6 +13,7 @@ import numpy as np
 from ragbot.embedders._counting import WHITESPACE_PRE_TOKENIZERS, WordSumCounter
 from ragbot.errors import EmbeddingError
 from ragbot.ports import Vector
+from ragbot.precision import Precision, cast_model, resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class SentenceTransformerEmbedder:
         batch_size: int = 32,
         query_prefix: str = "",
         passage_prefix: str = "",
+        precision: Precision = "auto",
+        batched: bool = True,
     ) -> None:
         self.name = name
         self.path = Path(path)
@@ -55,11 +58,16 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
+        self.precision: Precision = precision
+        # False for a process that embeds one query at a time (the retriever): "auto" then keeps
+        # float32 on a CPU, where bfloat16 only pays off for batches (ragbot.precision).
+        self.batched = batched
         self._model: Any = None
         self._counter: Callable[[str], int] | None = None
         self._dimension = 0
         self._max_tokens = 0
         self._resolved_device = ""
+        self._resolved_precision = ""
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
 
@@ -77,6 +85,11 @@ class SentenceTransformerEmbedder:
         return self._resolved_device
 
     @property
+    def resolved_precision(self) -> str:
+        """The precision the model runs in ("float32", "bfloat16", "float16"), once loaded."""
+        return self._resolved_precision
+
+    @property
     def dimension(self) -> int:
         """Vector size, read from the model; 0 until ``warm_up`` (so ``isinstance`` checks never load)."""
         return self._dimension if self._model is not None else 0
@@ -87,7 +100,8 @@ class SentenceTransformerEmbedder:
         return self._max_tokens if self._model is not None else 0
 
     def warm_up(self) -> None:
-        """Load the model once per process: CUDA with fp16 when present (device "auto"), else CPU."""
+        """Load the model once per process: CUDA with fp16 when present (device "auto"), else CPU
+        (bfloat16 there when the CPU has AMX and the work is batched: ``ragbot.precision``)."""
         if self._model is not None:
             return
         with self._load_lock:
@@ -101,8 +115,8 @@ class SentenceTransformerEmbedder:
                 if device == "auto":
                     device = "cuda" if torch.cuda.is_available() else "cpu"
                 model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
-                if device == "cuda":
-                    model.half()
+                precision = resolve_precision(self.precision, device=device, batched=self.batched)
+                cast_model(model, precision)
                 dimension = _dimension_of(model)
                 max_tokens = int(model.max_seq_length or model.tokenizer.model_max_length)
                 counter = _token_counter(model.tokenizer, self.passage_prefix)
@@ -111,11 +125,17 @@ class SentenceTransformerEmbedder:
             except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
                 raise EmbeddingError(f"could not load model {self.name!r} from {self.path}: {exc}") from exc
             self._dimension, self._max_tokens, self._counter = dimension, max_tokens, counter
-            self._resolved_device = device
+            self._resolved_device, self._resolved_precision = device, precision
             self._model = model
             logger.info(
                 "embedding model loaded",
-                extra={"model": self.name, "device": device, "dimension": dimension, "max_len": max_tokens},
+                extra={
+                    "model": self.name,
+                    "device": device,
+                    "precision": precision,
+                    "dimension": dimension,
+                    "max_len": max_tokens,
+                },
             )
 
     def count_tokens(self, text: str) -> int:

@@ -8,10 +8,15 @@ Training (``ragbot.rerankers.training``) imports torch lazily and is not re-expo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ragbot.precision import Precision
 from ragbot.rerankers.cross_encoder import CrossEncoderReranker, Device, RerankError
 
-__all__ = ["CrossEncoderReranker", "RerankError", "build_reranker"]
+if TYPE_CHECKING:
+    from ragbot.settings import ModelSettings, RetrieverSettings
+
+__all__ = ["CrossEncoderReranker", "RerankError", "build_reranker", "configured_reranker"]
 
 
 def build_reranker(
@@ -21,10 +26,30 @@ def build_reranker(
     batch_size: int = 32,
     max_length: int | None = None,
     quantize: bool = False,
+    precision: Precision = "auto",
 ) -> CrossEncoderReranker | None:
     """The configured cross-encoder, not loaded, or None when no reranker is configured."""
     if path is None:
         return None
     return CrossEncoderReranker(
-        path, device=device, batch_size=batch_size, max_length=max_length, quantize=quantize
+        path,
+        device=device,
+        batch_size=batch_size,
+        max_length=max_length,
+        quantize=quantize,
+        precision=precision,
+    )
+
+
+def configured_reranker(
+    retriever: RetrieverSettings, models: ModelSettings, *, path: Path | None = None
+) -> CrossEncoderReranker | None:
+    """``build_reranker`` from settings: ``path`` (default ``retriever.reranker_path``), the models'
+    device and precision, the retriever's max length and int8 switch."""
+    return build_reranker(
+        path if path is not None else retriever.reranker_path,
+        device=models.device,
+        max_length=retriever.reranker_max_length,
+        quantize=retriever.reranker_quantize,
+        precision=models.precision,
     )

@@ -6,8 +6,10 @@ one). Scores are the model's sigmoid outputs, 0..1, so a score floor and a gap r
 
 A cross-encoder reads every (query, paragraph) pair whole, so its cost grows with candidates x
 tokens x layers: on two CPU cores 20 pairs of 192 tokens through 4 MiniLM layers take about half a
-second. ``quantize=True`` (int8 dynamic quantization of the linear layers, CPU only) roughly halves
-that; ``max_length`` caps the tokens per pair.
+second in float32. ``precision`` "auto" runs it in bfloat16 on a CPU with AMX (about 2.3x faster,
+scores correlate 0.999 with float32's: ``ragbot.precision``) and float16 on CUDA. ``quantize=True``
+(int8 dynamic quantization of the linear layers, CPU only, wins over ``precision``) roughly halves
+float32's time; ``max_length`` caps the tokens per pair.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragbot.errors import ConfigurationError, EmbeddingError
+from ragbot.precision import Precision, cast_model, resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class CrossEncoderReranker:
         batch_size: int = 32,
         max_length: int | None = None,
         quantize: bool = False,
+        precision: Precision = "auto",
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
@@ -47,6 +51,8 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self.max_length = max_length
         self.quantize = quantize
+        self.precision: Precision = precision
+        self.resolved_precision = ""
         self._model: Any = None
         self._load_lock = threading.Lock()
         self._score_lock = threading.Lock()
@@ -60,7 +66,8 @@ class CrossEncoderReranker:
         return self._model is not None
 
     def warm_up(self) -> None:
-        """Load the model once (CUDA in fp16 when present and device is "auto"); idempotent."""
+        """Load the model once (CUDA in fp16 when present and device is "auto"; int8 when ``quantize``,
+        else ``precision``); idempotent."""
         if self._model is not None:
             return
         with self._load_lock:
@@ -80,16 +87,21 @@ class CrossEncoderReranker:
                 model = CrossEncoder(
                     str(self.path), device=device, local_files_only=True, max_length=self.max_length
                 )
-                if device == "cuda":
-                    model.half()
-                elif self.quantize:  # int8 weights for the linear layers: about 2x faster on a CPU
+                if self.quantize and device == "cpu":  # int8 linear layers: about 2x float32 on a CPU
                     quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic  # untyped in torch
                     quantize_dynamic(model.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+                    precision = "int8"
+                else:
+                    resolved = resolve_precision(self.precision, device=device)
+                    cast_model(model.model, resolved)
+                    precision = resolved
                 model.eval()
             except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
                 raise RerankError(f"could not load reranker from {self.path}: {exc}") from exc
-            self._model = model
-            logger.info("reranker loaded", extra={"path": str(self.path), "device": device})
+            self._model, self.resolved_precision = model, precision
+            logger.info(
+                "reranker loaded", extra={"path": str(self.path), "device": device, "precision": precision}
+            )
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One relevance score (0..1) per passage, in the order given."""

@@ -5,7 +5,8 @@
   of its ``ragbot.text.analyze`` tokens), ``terms`` (term -> id), ``vectors`` (one float32 BLOB per
   paragraph and vector field) and ``filter_values`` (the filterable fields, indexed).
 * Searches run on indices derived in-process from those rows: an L2-normalised float32 matrix per
-  vector field (exact cosine top-k with numpy) and a BM25 inverted index (``stores.lexical``).
+  vector field, with a float16 copy (exact cosine top-k: screened in float16, rescored in float32,
+  ``stores.dense``) and a BM25 inverted index (``stores.lexical``).
   They load lazily on the first search of their kind. Every write bumps a generation counter in the
   same transaction; a search that finds a newer generation first catches up: rows with ids above
   the last one it holds are appended (ids come from AUTOINCREMENT, so they only grow) and the ids
@@ -41,8 +42,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import ConfigurationError, StoreUnavailable
-from ragbot.ports import Filters, SearchHit, StoredParagraph, Vector
+from ragbot.errors import ConfigurationError, StoreUnavailable, ValidationFailed
+from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
 from ragbot.schemas.pages import PageState
 from ragbot.stores import lexical
 from ragbot.stores.common import (
@@ -64,6 +65,7 @@ from ragbot.stores.common import (
     validate_filters,
     validate_paragraphs,
 )
+from ragbot.stores.dense import screened_scores
 from ragbot.stores.lexical import LexicalIndex, LexicalRow, positions_of, top_positions
 
 logger = logging.getLogger(__name__)
@@ -121,7 +123,10 @@ def _marks(n: int) -> str:
 
 @dataclass
 class _Matrix:
-    """One vector field's rows: ids ascending (AUTOINCREMENT never reuses one), unit vectors, liveness."""
+    """One vector field's rows: ids ascending (AUTOINCREMENT never reuses one), unit vectors, liveness.
+
+    ``half`` is a float16 copy of ``vecs`` for the screened exact search (``ragbot.stores.dense``).
+    """
 
     # Compact when dead rows exceed max(compact_min, a quarter of the rows).
     compact_min: ClassVar[int] = 1024
@@ -129,6 +134,7 @@ class _Matrix:
     dim: int
     ids: _IntArray = field(init=False)
     vecs: npt.NDArray[np.float32] = field(init=False)
+    half: npt.NDArray[np.float16] = field(init=False)
     alive: npt.NDArray[np.bool_] = field(init=False)
     size: int = 0
     dead: int = 0
@@ -136,6 +142,7 @@ class _Matrix:
     def __post_init__(self) -> None:
         self.ids = np.empty(0, dtype=np.int64)
         self.vecs = np.empty((0, self.dim), dtype=np.float32)
+        self.half = np.empty((0, self.dim), dtype=np.float16)
         self.alive = np.empty(0, dtype=np.bool_)
 
     def append(self, ids: _IntArray, vecs: npt.NDArray[np.float32]) -> None:
@@ -147,16 +154,19 @@ class _Matrix:
             cap = max(1024, (self.size + n) * 5 // 4)
             new_ids = np.empty(cap, dtype=np.int64)
             new_vecs = np.empty((cap, self.dim), dtype=np.float32)
+            new_half = np.empty((cap, self.dim), dtype=np.float16)
             new_alive = np.zeros(cap, dtype=np.bool_)
             new_ids[: self.size] = self.ids[: self.size]
             new_vecs[: self.size] = self.vecs[: self.size]
+            new_half[: self.size] = self.half[: self.size]
             new_alive[: self.size] = self.alive[: self.size]
-            self.ids, self.vecs, self.alive = new_ids, new_vecs, new_alive
+            self.ids, self.vecs, self.half, self.alive = new_ids, new_vecs, new_half, new_alive
         end = self.size + n
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         self.ids[self.size : end] = ids
         self.vecs[self.size : end] = vecs / norms
+        self.half[self.size : end] = self.vecs[self.size : end]
         self.alive[self.size : end] = True
         self.size = end
 
@@ -168,36 +178,36 @@ class _Matrix:
         if self.dead > max(self.compact_min, self.size // 4):
             keep = np.flatnonzero(self.alive[: self.size])
             self.ids, self.vecs, self.alive = self.ids[keep], self.vecs[keep], self.alive[keep]
+            self.half = self.half[keep]
             self.size, self.dead = len(keep), 0
 
-    def view(self) -> tuple[_IntArray, npt.NDArray[np.float32], npt.NDArray[np.bool_], int]:
+    def view(self) -> _View:
         """Arrays to search without the owner's lock (appends never move rows below ``size``)."""
-        return self.ids[: self.size], self.vecs[: self.size], self.alive[: self.size], self.dead
+        n = self.size
+        return self.ids[:n], self.vecs[:n], self.half[:n], self.alive[:n], self.dead
+
+
+_View = tuple[_IntArray, npt.NDArray[np.float32], npt.NDArray[np.float16], npt.NDArray[np.bool_], int]
 
 
 def _top_k(
-    view: tuple[_IntArray, npt.NDArray[np.float32], npt.NDArray[np.bool_], int],
-    query: npt.NDArray[np.float32],
-    k: int,
-    allowed: _IntArray | None,
+    view: _View, query: npt.NDArray[np.float32], k: int, allowed: _IntArray | None
 ) -> list[tuple[int, float]]:
     """Exact top-k (id, cosine) among live rows, optionally only among ``allowed`` ids."""
-    ids, vecs, alive, dead = view
+    ids, vecs, half, alive, dead = view
     if allowed is not None and len(allowed) * 4 < len(ids):
         pos = positions_of(ids, allowed)
         pos = pos[alive[pos]]
         scores = vecs[pos] @ query
         cand = ids[pos]
     else:
-        scores = vecs @ query
-        cand = ids
         mask: npt.NDArray[np.bool_] | None = alive if dead else None
         if allowed is not None:
             mask = np.zeros(len(ids), dtype=np.bool_)
             mask[positions_of(ids, allowed)] = True
             mask &= alive
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf).astype(np.float32)
+        pos, scores = screened_scores(vecs, half, query, k, mask)
+        cand = ids[pos]
     finite = np.flatnonzero(np.isfinite(scores))
     if len(finite) < len(scores):
         scores, cand = scores[finite], cand[finite]
@@ -609,6 +619,62 @@ class EmbeddedStore:
                     [(name, row_id, np.asarray(v, dtype="<f4").tobytes()) for name, v in p.vectors.items()],
                 )
                 self._insert_filters(conn, row_id, a)
+
+    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
+        """Replace each page as ``replace_page`` does, all in one transaction; returns the pages refused."""
+        if len({w.page_id for w in writes}) != len(writes):
+            raise ValueError("replace_pages was given the same page twice")
+        failed: dict[int, Exception] = {}
+        pages: list[tuple[int, list[tuple[StoredParagraph, dict[str, Any]]]]] = []
+        for w in writes:
+            try:
+                validate_paragraphs(
+                    page_id=w.page_id,
+                    revision_id=w.revision_id,
+                    paragraphs=w.paragraphs,
+                    dimensions=self._dimensions,
+                )
+                prepared = [(p, prepare_source(p)) for p in w.paragraphs]
+                for _, source in prepared:
+                    check_field_types(source, definition=self._definition)
+            except (ValidationFailed, TypeError, ValueError) as exc:  # refuse this page alone
+                failed[w.page_id] = exc
+                continue
+            pages.append((w.page_id, prepared))
+        if pages:
+            await self._run(lambda: self._replace_many_sync(pages))
+        return failed
+
+    def _replace_many_sync(
+        self, pages: Sequence[tuple[int, Sequence[tuple[StoredParagraph, dict[str, Any]]]]]
+    ) -> None:
+        """``_replace_sync`` for many pages in one transaction: one generation, one term lookup."""
+        conn = self._conn()
+        analyzed = [[self._analyze(source) for _, source in prepared] for _, prepared in pages]
+        with self._write(conn) as generation:
+            ids = self._term_ids(conn, {t for page in analyzed for a in page for t in a.counts})
+            for (page_id, prepared), page_analyzed in zip(pages, analyzed, strict=True):
+                self._delete_rows(conn, page_id, generation)
+                for (p, source), a in zip(prepared, page_analyzed, strict=True):
+                    cur = conn.execute(
+                        "INSERT INTO paragraphs "
+                        "(doc_id, page_id, revision_id, paragraph, source, terms, tfs, lengths) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            p.doc_id,
+                            p.page_id,
+                            p.revision_id,
+                            p.paragraph,
+                            dumps_source(source),
+                            *self._encode(a, ids),
+                        ),
+                    )
+                    row_id = int(cur.lastrowid or 0)
+                    vectors = [
+                        (n, row_id, np.asarray(v, dtype="<f4").tobytes()) for n, v in p.vectors.items()
+                    ]
+                    conn.executemany("INSERT INTO vectors (field, id, vector) VALUES (?, ?, ?)", vectors)
+                    self._insert_filters(conn, row_id, a)
 
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, page_id: int, generation: int) -> int:
