@@ -563,6 +563,26 @@ async def test_elasticsearch_undoes_a_page_whose_documents_fail_in_the_bulk(es_u
         await dispose(store)
 
 
+async def test_elasticsearch_force_merge_leaves_one_segment_and_the_same_answers(es_url: str) -> None:
+    store = ElasticsearchStore(settings=es_settings(es_url), definition=DEFINITION, dimensions=DIMENSIONS)
+    try:
+        await store.ensure_ready()
+        written = await _corpus(store)  # one refresh per page: several segments
+        before = await store.bm25(query="paragraph page", k=10)
+        await store.force_merge()
+        segments = await store._client.indices.segments(index=store._pattern)
+        for shard_copies in (i["shards"] for i in segments["indices"].values()):
+            for copies in shard_copies.values():
+                assert all(c["num_search_segments"] == 1 for c in copies)
+        after = await store.bm25(query="paragraph page", k=10)
+        assert [h.doc_id for h in after] == [h.doc_id for h in before]
+        target = doc_id(4, 1, 1)
+        hits = await store.knn(vector_field=CONTENT_MINI, vector=written[target][CONTENT_MINI], k=1)
+        assert hits[0].doc_id == target
+    finally:
+        await dispose(store)
+
+
 # ---- both stores agree --------------------------------------------------------------------------
 
 

@@ -47,7 +47,6 @@ from ragbot.schemas.pages import Page, PageState
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(slots=True)
 class IndexingContext:
     """The adapters a worker process holds (built once per process by the composition root)."""

@@ -591,34 +591,7 @@ class EmbeddedStore:
         prepared = [(p, prepare_source(p)) for p in paragraphs]
         for _, source in prepared:
             check_field_types(source, definition=self._definition)
-        await self._run(lambda: self._replace_sync(page_id, prepared))
-
-    def _replace_sync(self, page_id: int, prepared: Sequence[tuple[StoredParagraph, dict[str, Any]]]) -> None:
-        conn = self._conn()
-        analyzed = [self._analyze(source) for _, source in prepared]
-        with self._write(conn) as generation:
-            self._delete_rows(conn, page_id, generation)
-            ids = self._term_ids(conn, {t for a in analyzed for t in a.counts})
-            for (p, source), a in zip(prepared, analyzed, strict=True):
-                cur = conn.execute(
-                    "INSERT INTO paragraphs "
-                    "(doc_id, page_id, revision_id, paragraph, source, terms, tfs, lengths) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        p.doc_id,
-                        p.page_id,
-                        p.revision_id,
-                        p.paragraph,
-                        dumps_source(source),
-                        *self._encode(a, ids),
-                    ),
-                )
-                row_id = int(cur.lastrowid or 0)
-                conn.executemany(
-                    "INSERT INTO vectors (field, id, vector) VALUES (?, ?, ?)",
-                    [(name, row_id, np.asarray(v, dtype="<f4").tobytes()) for name, v in p.vectors.items()],
-                )
-                self._insert_filters(conn, row_id, a)
+        await self._run(lambda: self._replace_many_sync([(page_id, prepared)]))
 
     async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
         """Replace each page as ``replace_page`` does, all in one transaction; returns the pages refused."""
@@ -648,7 +621,8 @@ class EmbeddedStore:
     def _replace_many_sync(
         self, pages: Sequence[tuple[int, Sequence[tuple[StoredParagraph, dict[str, Any]]]]]
     ) -> None:
-        """``_replace_sync`` for many pages in one transaction: one generation, one term lookup."""
+        """Drop each page's rows and insert its revision's, all pages in one transaction (one
+        generation, one term lookup): a reader sees every page old or new, never a mix."""
         conn = self._conn()
         analyzed = [[self._analyze(source) for _, source in prepared] for _, prepared in pages]
         with self._write(conn) as generation:
