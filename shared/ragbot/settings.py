@@ -71,6 +71,10 @@ class ModelSettings(BaseSettings):
     # work on a CPU with AMX (about 2.5x float32's throughput there), float32 otherwise. See
     # ragbot.precision.
     precision: Precision = "auto"
+    # How a one-query-at-a-time process (the retriever) embeds queries on a CPU: "auto" exports plain
+    # sentence-transformers models to ONNX Runtime at warm-up (ragbot.embedders.onnx_query), "torch"
+    # keeps torch, "onnx" also asks it of batched processes.
+    query_runtime: Literal["auto", "torch", "onnx"] = "auto"
 
 
 class IngestSettings(BaseSettings):

@@ -120,6 +120,7 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = 
         passage_prefix=spec.passage_prefix,
         precision=settings.precision,
         batched=batched,
+        query_runtime=settings.query_runtime,
     )
 
 
