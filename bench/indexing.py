@@ -69,6 +69,7 @@ from ragbot.schemas.messages import PageDeleted, PageIndexed  # noqa: E402
 from ragbot.schemas.pages import Page  # noqa: E402
 from ragbot.settings import ModelSettings, StoreSettings  # noqa: E402
 from ragbot.stores import build_store  # noqa: E402
+from ragbot.stores.common import prepare_source  # noqa: E402
 from ragbot.stores.elasticsearch import ElasticsearchStore  # noqa: E402
 from ragbot.stores.mapping import index_name  # noqa: E402
 from ragbot_embedder import service  # noqa: E402
@@ -244,7 +245,11 @@ async def seed_method(
             paragraph.vectors[f"content_{MODEL}_vectors"] = embedder.embed_passages(
                 [str(paragraph.fields["content"])]
             )[0]
-            await client.index(index=index, id=paragraph.doc_id, document=store._document(paragraph))
+            await client.index(
+                index=index,
+                id=paragraph.doc_id,
+                document=store._document(paragraph, prepare_source(paragraph)),
+            )
         await client.indices.refresh(index=index)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition, is_vector_field
 from ragbot.errors import ValidationFailed
-from ragbot.ports import Filters, StoredParagraph, Vector
+from ragbot.ports import Filters, PageWrite, StoredParagraph, Vector
 from ragbot.text import analyze
 
 BM25_SUFFIX = "__bm25"
@@ -286,3 +286,33 @@ def check_knn_query(
         )
     check_vector(name=vector_field, vector=vector, dimension=dimensions[vector_field])
     return validate_filters(filters, definition=definition)
+
+
+Prepared = list[tuple[StoredParagraph, dict[str, Any]]]
+
+
+def prepare_writes(
+    writes: Sequence[PageWrite], *, dimensions: Mapping[str, int], definition: DocumentDefinition
+) -> tuple[dict[int, Prepared], dict[int, Exception]]:
+    """Each page's paragraphs validated, with their sources (``prepare_source``, types checked).
+
+    Returns (page id -> prepared paragraphs, page id -> why it was refused): one bad page is refused
+    alone. The same page twice is the caller's bug (ValueError, before anything is looked at).
+    """
+    if len({w.page_id for w in writes}) != len(writes):
+        raise ValueError("replace_pages was given the same page twice")
+    ready: dict[int, Prepared] = {}
+    refused: dict[int, Exception] = {}
+    for w in writes:
+        try:
+            validate_paragraphs(
+                page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs, dimensions=dimensions
+            )
+            prepared = [(p, prepare_source(p)) for p in w.paragraphs]
+            for _, source in prepared:
+                check_field_types(source, definition=definition)
+        except (ValidationFailed, TypeError, ValueError) as exc:
+            refused[w.page_id] = exc
+            continue
+        ready[w.page_id] = prepared
+    return ready, refused

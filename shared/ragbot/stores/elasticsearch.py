@@ -42,7 +42,7 @@ from elasticsearch.helpers import async_bulk
 from elasticsearch.serializer import OrjsonSerializer
 
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import RagbotError, StoreUnavailable, ValidationFailed
+from ragbot.errors import RagbotError, StoreUnavailable
 from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
 from ragbot.schemas.pages import PageState
 from ragbot.settings import StoreSettings
@@ -52,17 +52,15 @@ from ragbot.stores.common import (
     Filter,
     analyzed_text,
     bm25_fields,
-    check_field_types,
     check_k,
     check_knn_query,
     check_window,
     parse_last_update,
-    prepare_source,
+    prepare_writes,
     query_tokens,
     strip_internal,
     text_fields_of,
     validate_filters,
-    validate_paragraphs,
 )
 from ragbot.stores.mapping import SOURCE_EXCLUDES, index_name, index_pattern, index_template, template_name
 
@@ -277,9 +275,8 @@ class ElasticsearchStore:
             failures.append(result)
         return int(ok), failures
 
-    def _document(self, paragraph: StoredParagraph) -> dict[str, Any]:
-        source = prepare_source(paragraph)
-        check_field_types(source, definition=self._definition)
+    def _document(self, paragraph: StoredParagraph, source: dict[str, Any]) -> dict[str, Any]:
+        """The indexed document: the prepared ``source`` plus BM25 copies and the vectors."""
         for name in self._text_fields:
             if source.get(name) is not None:
                 source[f"{name}{BM25_SUFFIX}"] = analyzed_text(source[name])
@@ -299,31 +296,22 @@ class ElasticsearchStore:
 
     async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
         """Replace each page as ``replace_page`` does, in one lookup, two bulks and one refresh."""
-        if len({w.page_id for w in writes}) != len(writes):
-            raise ValueError("replace_pages was given the same page twice")
-        failed: dict[int, Exception] = {}
+        ready, failed = prepare_writes(writes, dimensions=self._dimensions, definition=self._definition)
         index_of: dict[int, str] = {}  # page -> the index its new revision goes to
         page_of: dict[str, int] = {}  # new document id -> page
         actions: list[dict[str, Any]] = []
-        for w in writes:
-            try:
-                validate_paragraphs(
-                    page_id=w.page_id,
-                    revision_id=w.revision_id,
-                    paragraphs=w.paragraphs,
-                    dimensions=self._dimensions,
+        for page_id, prepared in ready.items():
+            index = index_of[page_id] = index_name(self._prefix, page_id)
+            for p, source in prepared:
+                actions.append(
+                    {
+                        "_op_type": "index",
+                        "_index": index,
+                        "_id": p.doc_id,
+                        "_source": self._document(p, source),
+                    }
                 )
-                index = index_name(self._prefix, w.page_id)
-                docs = [
-                    {"_op_type": "index", "_index": index, "_id": p.doc_id, "_source": self._document(p)}
-                    for p in w.paragraphs
-                ]
-            except (ValidationFailed, TypeError, ValueError) as exc:  # refuse this page alone
-                failed[w.page_id] = exc
-                continue
-            index_of[w.page_id] = index
-            page_of.update((p.doc_id, w.page_id) for p in w.paragraphs)
-            actions.extend(docs)
+                page_of[p.doc_id] = page_id
         if not index_of:
             return failed
         await self._ensure_template()

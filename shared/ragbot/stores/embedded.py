@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ragbot.definition import DocumentDefinition
-from ragbot.errors import ConfigurationError, StoreUnavailable, ValidationFailed
+from ragbot.errors import ConfigurationError, StoreUnavailable
 from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
 from ragbot.schemas.pages import PageState
 from ragbot.stores import lexical
@@ -52,18 +52,16 @@ from ragbot.stores.common import (
     Filter,
     analyzed_text,
     bm25_fields,
-    check_field_types,
     check_k,
     check_knn_query,
     check_window,
     dumps_source,
     parse_last_update,
-    prepare_source,
+    prepare_writes,
     query_tokens,
     strip_internal,
     text_fields_of,
     validate_filters,
-    validate_paragraphs,
 )
 from ragbot.stores.dense import screened_scores
 from ragbot.stores.lexical import LexicalIndex, LexicalRow, positions_of, top_positions
@@ -585,37 +583,15 @@ class EmbeddedStore:
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:
         """Drop the page's rows and insert the revision's in one transaction: old or new, never a mix."""
-        validate_paragraphs(
-            page_id=page_id, revision_id=revision_id, paragraphs=paragraphs, dimensions=self._dimensions
-        )
-        prepared = [(p, prepare_source(p)) for p in paragraphs]
-        for _, source in prepared:
-            check_field_types(source, definition=self._definition)
-        await self._run(lambda: self._replace_many_sync([(page_id, prepared)]))
+        failed = await self.replace_pages([PageWrite(page_id, revision_id, paragraphs)])
+        if page_id in failed:
+            raise failed[page_id]
 
     async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
         """Replace each page as ``replace_page`` does, all in one transaction; returns the pages refused."""
-        if len({w.page_id for w in writes}) != len(writes):
-            raise ValueError("replace_pages was given the same page twice")
-        failed: dict[int, Exception] = {}
-        pages: list[tuple[int, list[tuple[StoredParagraph, dict[str, Any]]]]] = []
-        for w in writes:
-            try:
-                validate_paragraphs(
-                    page_id=w.page_id,
-                    revision_id=w.revision_id,
-                    paragraphs=w.paragraphs,
-                    dimensions=self._dimensions,
-                )
-                prepared = [(p, prepare_source(p)) for p in w.paragraphs]
-                for _, source in prepared:
-                    check_field_types(source, definition=self._definition)
-            except (ValidationFailed, TypeError, ValueError) as exc:  # refuse this page alone
-                failed[w.page_id] = exc
-                continue
-            pages.append((w.page_id, prepared))
-        if pages:
-            await self._run(lambda: self._replace_many_sync(pages))
+        ready, failed = prepare_writes(writes, dimensions=self._dimensions, definition=self._definition)
+        if ready:
+            await self._run(lambda: self._replace_many_sync(list(ready.items())))
         return failed
 
     def _replace_many_sync(
