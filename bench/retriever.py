@@ -82,8 +82,10 @@ async def quality(
     settings: ModelSettings,
     reranker: Reranker | None,
     cache_dir: Path,
+    rerank_weight: float | None = None,
 ) -> float:
-    """nDCG@10 of the default configuration on the dataset's test split."""
+    """nDCG@10 of the default configuration on the dataset's test split (``rerank_weight``: the
+    configured one unless given)."""
     dataset = load_beir(dataset_dir)
     embedders = {
         n: VectorCache(e, folder=cache_dir)
@@ -105,7 +107,11 @@ async def quality(
                 store=store,
                 definition=definition,
                 embedders=dict(embedders),
-                defaults=RetrievalDefaults.from_settings(RetrieverSettings()),
+                defaults=RetrievalDefaults.from_settings(
+                    RetrieverSettings()
+                    if rerank_weight is None
+                    else RetrieverSettings().model_copy(update={"rerank_weight": rerank_weight})
+                ),
                 reranker=reranker,
                 configs=[DEFAULT],
                 show_progress=True,
@@ -143,11 +149,24 @@ def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray[Any, np.dtype[np.f
     return rows
 
 
-async def fill(
-    store: SearchStore, definition: DocumentDefinition, titles: Sequence[str], texts: Sequence[str]
-) -> float:
-    """Write 20-paragraph pages with synthetic vectors through ``replace_page``; returns seconds."""
+Matrix = np.ndarray[Any, np.dtype[np.float32]]
+
+
+def synthetic_vectors(fields: Sequence[str], pages: int) -> dict[str, Matrix]:
+    """Per vector field, the (pages x 20, 384) unit rows ``fill`` writes, row (page - 1) * 20 + i."""
     rng = np.random.default_rng(11)
+    per_page = [{name: unit_rows(rng, PER_PAGE) for name in fields} for _ in range(pages)]
+    return {name: np.concatenate([p[name] for p in per_page]) for name in fields}
+
+
+async def fill(
+    store: SearchStore,
+    definition: DocumentDefinition,
+    titles: Sequence[str],
+    texts: Sequence[str],
+    vectors: dict[str, Matrix],
+) -> float:
+    """Write 20-paragraph pages with the synthetic vectors through ``replace_page``; returns seconds."""
     fields = [v.name for v in definition.vector_fields]
     pages = len(texts) // PER_PAGE
     started = time.perf_counter()
@@ -155,15 +174,15 @@ async def fill(
 
     async def write(page: int) -> None:
         title = titles[page % len(titles)]
-        vectors = {name: unit_rows(rng, PER_PAGE) for name in fields}
+        first = (page - 1) * PER_PAGE
         paragraphs = [
             StoredParagraph(
                 doc_id=doc_id(page, 1, i),
                 page_id=page,
                 revision_id=1,
                 paragraph=i,
-                fields={"title": title, "content": texts[(page - 1) * PER_PAGE + i], "page_id": page},
-                vectors={name: vectors[name][i] for name in fields},
+                fields={"title": title, "content": texts[first + i], "page_id": page},
+                vectors={name: vectors[name][first + i] for name in fields},
             )
             for i in range(PER_PAGE)
         ]
@@ -194,6 +213,22 @@ async def time_queries(
     return totals, stages
 
 
+async def dense_recall(
+    store: SearchStore, embedder: Embedder, vectors: dict[str, Matrix], queries: Sequence[str], k: int = 50
+) -> float:
+    """Mean share of the exact top k (numpy, float64 cosine) that the store's kNN returns, per field."""
+    shares: list[float] = []
+    for query in queries:
+        q = np.asarray(embedder.embed_queries([query])[0], dtype=np.float64)
+        q /= np.linalg.norm(q)
+        for name, matrix in vectors.items():
+            exact = np.argpartition(-(matrix @ q), k)[:k]
+            want = {doc_id(int(r) // PER_PAGE + 1, 1, int(r) % PER_PAGE) for r in exact}
+            got = {h.doc_id for h in await store.knn(vector_field=name, vector=q.astype(np.float32), k=k)}
+            shares.append(len(want & got) / k)
+    return round(float(np.mean(shares)), 4)
+
+
 async def latency(
     store_settings: StoreSettings,
     *,
@@ -201,17 +236,19 @@ async def latency(
     embedder: Embedder,
     reranker: Reranker | None,
     corpus: tuple[list[str], list[str]],
+    vectors: dict[str, Matrix],
     queries: Sequence[str],
     keep: bool = False,
 ) -> dict[str, Any]:
-    """p50/p95 of hybrid retrieval without rerank (and the rerank stage) on one store."""
+    """p50/p95 of hybrid retrieval without rerank (and the rerank stage) on one store, and how much
+    of the exact dense top 50 its kNN finds."""
     dims = {v.name: DIM for v in definition.vector_fields}
     store = build_store(settings=store_settings, definition=definition, dimensions=dims)
     await store.ensure_ready()
     out: dict[str, Any] = {}
     try:
         if await store.count() == 0:
-            out["load_s"] = round(await fill(store, definition, *corpus), 1)
+            out["load_s"] = round(await fill(store, definition, *corpus, vectors), 1)
             merge = getattr(store, "force_merge", None)
             if merge is not None:  # Elasticsearch: an index at rest after a bulk load (operations.md)
                 started = time.perf_counter()
@@ -228,6 +265,7 @@ async def latency(
         totals, stages = await time_queries(engine, queries, rerank=False)
         out["retrieve"] = latency_summary(totals)
         out["stages_p50"] = {k: latency_summary(v)["p50"] for k, v in stages.items()}
+        out["dense_recall50_vs_exact"] = await dense_recall(store, embedder, vectors, queries[:50])
         if reranker is not None:
             with_rerank, stages = await time_queries(engine, queries, rerank=True)
             out["retrieve_rerank"] = latency_summary(with_rerank)
@@ -253,11 +291,24 @@ async def main() -> int:
     parser.add_argument("--stores", nargs="+", default=["embedded", "elasticsearch"])
     parser.add_argument("--es-url", default=os.environ.get("RAGBOT_TEST_ES_URL", "http://127.0.0.1:9250"))
     parser.add_argument(
-        "--es-vector-search", nargs="+", choices=["exact", "approximate"], default=["exact", "approximate"]
+        "--es-vector-search",
+        nargs="+",
+        choices=["exact", "quantized", "approximate"],
+        default=["exact", "quantized", "approximate"],
     )
     parser.add_argument("--embedded-path", type=Path, help="keep the 100k embedded store here (reused)")
     parser.add_argument("--es-prefix", help="keep the 100k Elasticsearch indices under this prefix (reused)")
     parser.add_argument("--cache-dir", type=Path, default=Path("var/eval-cache"))
+    parser.add_argument(
+        "--rerank-weight",
+        type=float,
+        help="also report SciFact with the reranker blended at this weight (bench/rerank_blend.py)",
+    )
+    parser.add_argument(
+        "--rerank-weight-from", type=Path, help="take --rerank-weight from this rerank_blend JSON (its best)"
+    )
+    parser.add_argument("--reranker-max-length", type=int, help="tokens per pair (default: the setting's)")
+    parser.add_argument("--reranker-quantize", action="store_true", help="int8 reranker (ONNX Runtime)")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -268,6 +319,13 @@ async def main() -> int:
     base = load_definition(args.definition)
     settings = ModelSettings(device="cpu", query_cache_size=0)
     retriever_settings = RetrieverSettings()
+    if args.reranker_max_length is not None or args.reranker_quantize:
+        retriever_settings = retriever_settings.model_copy(
+            update={
+                "reranker_max_length": args.reranker_max_length or retriever_settings.reranker_max_length,
+                "reranker_quantize": args.reranker_quantize or retriever_settings.reranker_quantize,
+            }
+        )
     reranker = (
         configured_reranker(retriever_settings, settings, path=args.reranker) if args.reranker else None
     )
@@ -275,10 +333,16 @@ async def main() -> int:
         reranker.warm_up()
     figures: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
 
+    if args.rerank_weight is None and args.rerank_weight_from and args.rerank_weight_from.is_file():
+        args.rerank_weight = float(json.loads(args.rerank_weight_from.read_text())["best_weight"])
+        figures["rerank_weight_blend"] = args.rerank_weight
     if not args.skip_quality:
-        for key, chosen in (("scifact_ndcg10", None), ("scifact_ndcg10_with_reranker", reranker)):
-            if key.endswith("reranker") and chosen is None:
-                continue
+        runs: list[tuple[str, Reranker | None, float | None]] = [("scifact_ndcg10", None, None)]
+        if reranker is not None:
+            runs.append(("scifact_ndcg10_with_reranker", reranker, 1.0))
+            if args.rerank_weight is not None and args.rerank_weight < 1.0:
+                runs.append(("scifact_ndcg10_with_reranker_blend", reranker, args.rerank_weight))
+        for key, chosen, weight in runs:
             figures[key] = round(
                 await quality(
                     args.scifact,
@@ -286,6 +350,7 @@ async def main() -> int:
                     settings=settings,
                     reranker=chosen,
                     cache_dir=args.cache_dir,
+                    rerank_weight=weight,
                 ),
                 4,
             )
@@ -306,12 +371,13 @@ async def main() -> int:
     embedder = build_embedders(settings=settings, definition=definition, batched=False)[MINILM]
     embedder.warm_up()
     corpus = synthetic_corpus(args.scifact, args.paragraphs)
+    vectors = synthetic_vectors([v.name for v in definition.vector_fields], args.paragraphs // PER_PAGE)
     scifact_queries = [
         json.loads(line)["text"] for line in (args.scifact / "queries.jsonl").read_text().splitlines()
     ]
     queries = list(dict.fromkeys(scifact_queries))[: args.queries + 10]
     detail: dict[str, Any] = {}
-    runs = (
+    stores: list[tuple[str, str]] = (
         []
         if args.skip_latency
         else [
@@ -320,7 +386,7 @@ async def main() -> int:
             for m in (args.es_vector_search if b == "elasticsearch" else ["exact"])
         ]
     )
-    for backend, mode in runs:
+    for backend, mode in stores:
         if backend == "embedded":
             tmp = None if args.embedded_path else tempfile.TemporaryDirectory(prefix="ragbot-bench-")
             path = args.embedded_path or Path(tmp.name if tmp else ".") / "bench.sqlite3"
@@ -335,7 +401,7 @@ async def main() -> int:
                 vector_search=mode,
                 es_timeout_s=60.0,
             )
-            key = "es" if mode == "exact" else "es_approximate"
+            key = "es" if mode == "exact" else f"es_{mode}"
         print(f"{key}: {args.paragraphs} paragraphs, {len(queries) - 10} timed queries", flush=True)
         result = await latency(
             store_settings,
@@ -343,6 +409,7 @@ async def main() -> int:
             embedder=embedder,
             reranker=reranker,
             corpus=corpus,
+            vectors=vectors,
             queries=queries,
             keep=bool(args.es_prefix),
         )

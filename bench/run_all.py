@@ -41,7 +41,25 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         retriever = [py, "bench/retriever.py", "--scifact", str(data / "beir" / "scifact")]
         retriever += ["--heq", str(data / "beir" / "heq-test")]
         if reranker.is_dir():
-            retriever += ["--reranker", str(reranker)]
+            # The reranker as bench/rerank_blend.py measured it: int8 on ONNX Runtime, 96 tokens a
+            # pair (what fits 150 ms for 20 pairs on two AVX2 cores, docs/benchmarks.md), blended at
+            # the weight chosen on SciFact's train split when that sweep has run.
+            serving = ["--reranker", str(reranker), "--reranker-max-length", "96", "--reranker-quantize"]
+            out["rerank_blend"] = [
+                py,
+                "bench/rerank_blend.py",
+                "--dataset",
+                str(data / "beir" / "scifact"),
+                "--split",
+                "train",
+                *serving,
+                "--store-path",
+                str(ROOT / "var" / "eval" / "scifact-blend.sqlite3"),
+                "--cache-dir",
+                str(ROOT / "var" / "eval-cache"),
+            ]
+            blend = ROOT / "bench" / "results" / "rerank_blend_scifact_train.json"
+            retriever += [*serving, "--rerank-weight-from", str(blend)]
         out["retriever"] = retriever
         out["hebrew_analyzer"] = [
             py,

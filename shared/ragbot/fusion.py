@@ -273,11 +273,29 @@ def rerank_cutoff(
 
 
 def apply_rerank(
-    ranked: Sequence[FusedHit], scores: Sequence[float], *, min_score: float | None, gap_ratio: float | None
+    ranked: Sequence[FusedHit],
+    scores: Sequence[float],
+    *,
+    min_score: float | None,
+    gap_ratio: float | None,
+    weight: float = 1.0,
 ) -> tuple[list[tuple[FusedHit, float]], int]:
-    """Order candidates by rerank score and cut them; returns (every candidate with its score, kept count)."""
+    """Order candidates by rerank score and cut them; returns (every candidate with its score, kept count).
+
+    With ``weight`` w < 1 the score is w x the cross-encoder's plus (1 - w) x the fused score min-max
+    normalised over these candidates (both 0..1): a small reranker then adjusts retrieval's order
+    instead of replacing it. The floor and the gap ratio apply to that score.
+    """
     if len(ranked) != len(scores):
         raise ValueError(f"{len(scores)} rerank scores for {len(ranked)} candidates")
-    order = sorted(zip(ranked, scores, strict=True), key=lambda pair: pair[1], reverse=True)
+    if not 0 <= weight <= 1:
+        raise ValueError("weight must be between 0 and 1")
+    final = list(scores)
+    if weight < 1 and ranked:
+        fused = [h.score for h in ranked]
+        low, span = min(fused), max(fused) - min(fused)
+        norm = [(f - low) / span if span > 0 else 1.0 for f in fused]
+        final = [weight * s + (1 - weight) * n for s, n in zip(scores, norm, strict=True)]
+    order = sorted(zip(ranked, final, strict=True), key=lambda pair: pair[1], reverse=True)
     kept = rerank_cutoff([s for _, s in order], min_score=min_score, gap_ratio=gap_ratio)
     return order, kept

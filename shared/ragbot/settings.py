@@ -42,9 +42,12 @@ class StoreSettings(BaseSettings):
     es_timeout_s: float = 10.0
     es_shards: int = 1
     es_replicas: int = 0
-    # exact: brute-force cosine over every vector (the seed's semantics); approximate: HNSW kNN.
-    vector_search: Literal["exact", "approximate"] = "exact"
+    # exact: brute-force cosine over every float vector (the seed's semantics); quantized (Elasticsearch):
+    # brute force over int8 copies, the best k x oversample rescored on the float vectors; approximate:
+    # HNSW kNN. The embedded store is always exact.
+    vector_search: Literal["exact", "quantized", "approximate"] = "exact"
     hnsw_num_candidates_factor: int = 10
+    quantized_oversample: float = Field(default=3.0, ge=1.0, le=10.0)
 
     @field_validator("es_index_prefix")
     @classmethod
@@ -150,6 +153,8 @@ class RetrieverSettings(BaseSettings):
     rerank_top_n: int = Field(default=20, ge=1, le=1000)
     rerank_min_score: float | None = None
     rerank_gap_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    # 1: order by the cross-encoder alone; below 1, blend it with the fused score (fusion.apply_rerank).
+    rerank_weight: float = Field(default=1.0, ge=0.0, le=1.0)
     # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
     store_timeout_s: float = Field(default=10.0, gt=0)
     embed_timeout_s: float = Field(default=30.0, gt=0)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from ragbot.cli import main
@@ -171,6 +172,31 @@ def test_training_puts_positives_above_bm25_negatives(trained: tuple[Path, Path]
     reranker.close()
     # An untrained head ranks the positive first about a quarter of the time.
     assert wins / len(pairs) >= 0.7
+
+
+def test_the_int8_reranker_runs_on_onnx_runtime_and_agrees_with_float32(
+    trained: tuple[Path, Path], scifact: Path
+) -> None:
+    out, pairs_file = trained
+    texts = [d.text for d in load_beir(scifact, split="train").corpus.values() if d.text.strip()]
+    index = BM25Index(texts)
+    exact = CrossEncoderReranker(out, device="cpu", precision="float32")
+    int8 = CrossEncoderReranker(out, device="cpu", quantize=True)
+    exact.warm_up()
+    int8.warm_up()
+    assert (int8.runtime, int8.resolved_precision) == ("onnxruntime", "int8")
+    assert exact.runtime == "torch"
+    a: list[float] = []
+    b: list[float] = []
+    for pair in load_pairs(pairs_file)[:12]:
+        passages = [pair.positive, *(texts[i] for i, _ in index.search(pair.query, 5))]
+        a += exact.score(pair.query, passages)
+        b += int8.score(pair.query, passages)
+    assert all(0.0 <= s <= 1.0 for s in b)
+    assert float(np.corrcoef(a, b)[0, 1]) > 0.97
+    exact.close()
+    int8.close()
+    assert not int8.loaded
 
 
 def test_training_pairs_never_come_from_the_test_split(trained: tuple[Path, Path], scifact: Path) -> None:

@@ -539,6 +539,34 @@ async def test_elasticsearch_approximate_mode_uses_hnsw(es_url: str) -> None:
         await dispose(store)
 
 
+async def test_elasticsearch_quantized_mode_scans_int8_and_returns_exact_float_scores(es_url: str) -> None:
+    settings = es_settings(es_url).model_copy(update={"vector_search": "quantized"})
+    store = ElasticsearchStore(settings=settings, definition=DEFINITION, dimensions=DIMENSIONS)
+    try:
+        await store.ensure_ready()
+        mapping = store.template["template"]["mappings"]["properties"][CONTENT_MINI]
+        assert mapping["index_options"] == {"type": "int8_flat"}
+        written = await _corpus(store)
+        rng = np.random.default_rng(5)
+        for field in (CONTENT_MINI, TITLE_E5, CONTENT_E5):
+            for _ in range(3):
+                query = rng.standard_normal(DIMENSIONS[field]).astype(np.float32)
+                hits = await store.knn(vector_field=field, vector=query, k=5)
+                expected = _expected(written, field, query, 5)
+                # The int8 pass only picks candidates; the order and scores come from the float vectors.
+                assert [h.doc_id for h in hits] == [d for d, _ in expected]
+                assert [h.score for h in hits] == pytest.approx([s for _, s in expected], abs=1e-4)
+        odd = await store.knn(
+            vector_field=CONTENT_MINI,
+            vector=written[doc_id(3, 1, 0)][CONTENT_MINI],
+            k=4,
+            filters={"categories": ["odd"]},
+        )
+        assert odd[0].doc_id == doc_id(3, 1, 0) and all(h.page_id % 2 == 1 for h in odd)
+    finally:
+        await dispose(store)
+
+
 async def test_elasticsearch_undoes_a_page_whose_documents_fail_in_the_bulk(es_url: str) -> None:
     # Elasticsearch refuses an integer out of its field's range per document, after our checks pass.
     store = ElasticsearchStore(settings=es_settings(es_url), definition=DEFINITION, dimensions=DIMENSIONS)

@@ -210,3 +210,21 @@ def test_apply_rerank_reorders_and_counts_kept() -> None:
     assert kept == 2
     with pytest.raises(ValueError):
         apply_rerank(ranked, [0.1], min_score=None, gap_ratio=None)
+
+
+def test_apply_rerank_blends_with_the_normalised_fused_score() -> None:
+    ranked = fuse_scores({"x": [hit(1, 0, 9.0), hit(2, 0, 5.0), hit(3, 0, 1.0)]})
+    assert [h.doc_id for h in ranked] == ["1-1-0", "2-1-0", "3-1-0"]
+    cross = [0.2, 0.3, 0.9]
+    # weight 1: the cross-encoder alone decides.
+    order, _ = apply_rerank(ranked, cross, min_score=None, gap_ratio=None, weight=1.0)
+    assert [h.doc_id for h, _ in order] == ["3-1-0", "2-1-0", "1-1-0"]
+    # weight 0.5: the fused lead of page 1 (normalised 1.0) outweighs its low rerank score.
+    order, kept = apply_rerank(ranked, cross, min_score=0.55, gap_ratio=None, weight=0.5)
+    assert [(h.doc_id, round(s, 3)) for h, s in order] == [("1-1-0", 0.6), ("3-1-0", 0.45), ("2-1-0", 0.4)]
+    assert kept == 1  # the floor applies to the blended score
+    # weight 0: retrieval's own order, scores normalised.
+    order, _ = apply_rerank(ranked, cross, min_score=None, gap_ratio=None, weight=0.0)
+    assert [(h.doc_id, s) for h, s in order] == [("1-1-0", 1.0), ("2-1-0", 0.5), ("3-1-0", 0.0)]
+    with pytest.raises(ValueError, match="weight"):
+        apply_rerank(ranked, cross, min_score=None, gap_ratio=None, weight=1.5)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from ragbot.errors import ConfigurationError, EmbeddingError
 from ragbot.precision import Precision, cast_model, resolve_precision
+from ragbot.rerankers.onnx import OnnxCrossEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class CrossEncoderReranker:
         self.quantize = quantize
         self.precision: Precision = precision
         self.resolved_precision = ""
+        self.runtime = ""
         self._model: Any = None
+        self._onnx: OnnxCrossEncoder | None = None
         self._load_lock = threading.Lock()
         self._score_lock = threading.Lock()
 
@@ -87,9 +90,14 @@ class CrossEncoderReranker:
                 model = CrossEncoder(
                     str(self.path), device=device, local_files_only=True, max_length=self.max_length
                 )
-                if self.quantize and device == "cpu":  # int8 linear layers: about 2x float32 on a CPU
-                    quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic  # untyped in torch
-                    quantize_dynamic(model.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+                onnx: OnnxCrossEncoder | None = None
+                if self.quantize and device == "cpu":
+                    # int8 through ONNX Runtime's integer kernels; torch's dynamic quantization if the
+                    # export fails (docs/benchmarks.md compares the two).
+                    onnx = OnnxCrossEncoder.build(model, quantize=True, threads=torch.get_num_threads())
+                    if onnx is None:
+                        quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic  # untyped in torch
+                        quantize_dynamic(model.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
                     precision = "int8"
                 else:
                     resolved = resolve_precision(self.precision, device=device)
@@ -98,9 +106,16 @@ class CrossEncoderReranker:
                 model.eval()
             except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
                 raise RerankError(f"could not load reranker from {self.path}: {exc}") from exc
-            self._model, self.resolved_precision = model, precision
+            self._model, self._onnx, self.resolved_precision = model, onnx, precision
+            self.runtime = "onnxruntime" if onnx is not None else "torch"
             logger.info(
-                "reranker loaded", extra={"path": str(self.path), "device": device, "precision": precision}
+                "reranker loaded",
+                extra={
+                    "path": str(self.path),
+                    "device": device,
+                    "precision": precision,
+                    "runtime": self.runtime,
+                },
             )
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
@@ -114,6 +129,8 @@ class CrossEncoderReranker:
         pairs = [(query, p) for p in passages]
         try:
             with self._score_lock:
+                if self._onnx is not None:
+                    return self._onnx.score(query, passages)
                 raw = self._model.predict(
                     pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True
                 )
@@ -124,7 +141,7 @@ class CrossEncoderReranker:
     def close(self) -> None:
         """Free the model (and the GPU memory it held)."""
         with self._load_lock:
-            model, self._model = self._model, None
+            model, self._model, self._onnx = self._model, None, None
         if model is not None and str(getattr(model, "device", "")).startswith("cuda"):
             import torch
 

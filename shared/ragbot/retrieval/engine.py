@@ -53,6 +53,7 @@ class RetrievalDefaults:
     rerank_top_n: int = 20
     rerank_min_score: float | None = None
     rerank_gap_ratio: float | None = None
+    rerank_weight: float = 1.0
     max_query_chars: int = 2000
     store_timeout_s: float = 10.0
     embed_timeout_s: float = 30.0
@@ -71,6 +72,7 @@ class RetrievalDefaults:
             rerank_top_n=settings.rerank_top_n,
             rerank_min_score=settings.rerank_min_score,
             rerank_gap_ratio=settings.rerank_gap_ratio,
+            rerank_weight=settings.rerank_weight,
             max_query_chars=settings.max_query_chars,
             store_timeout_s=settings.store_timeout_s,
             embed_timeout_s=settings.embed_timeout_s,
@@ -450,6 +452,7 @@ class RetrievalEngine:
             [float(s) for s in scores],
             min_score=self.defaults.rerank_min_score,
             gap_ratio=self.defaults.rerank_gap_ratio,
+            weight=self.defaults.rerank_weight,
         )
         result.rerank_scores = order
         result.rerank_kept = kept

@@ -488,7 +488,7 @@ class ElasticsearchStore:
     async def knn(
         self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
     ) -> list[SearchHit]:
-        """Top-k by cosine (flat: exact; hnsw: approximate); score is cosine + 1 (0..2)."""
+        """Top-k by cosine (flat: exact; int8_flat: rescored; hnsw: approximate); score is cos + 1 (0..2)."""
         checked = check_knn_query(
             vector_field=vector_field,
             vector=vector,
@@ -497,21 +497,28 @@ class ElasticsearchStore:
             dimensions=self._dimensions,
             definition=self._definition,
         )
-        if self._settings.vector_search == "exact":
-            candidates = k
-        else:
-            candidates = min(MAX_K, max(k, k * self._settings.hnsw_num_candidates_factor))
+        mode = self._settings.vector_search
+        # The knn *query* (not the top-level knn section): one query phase per shard, no separate kNN
+        # phase first. Each shard returns its best ``num_candidates``; for flat and int8_flat that is
+        # that shard's exact top k, so the merged top k is the index's.
         knn: dict[str, Any] = {
             "field": vector_field,
             "query_vector": np.asarray(vector, dtype=np.float32).tolist(),
-            "k": k,
-            "num_candidates": candidates,
+            "num_candidates": k
+            if mode != "approximate"
+            else min(MAX_K, max(k, k * self._settings.hnsw_num_candidates_factor)),
         }
+        if mode == "quantized":  # int8 pass, then k x oversample candidates rescored on the floats
+            knn["rescore_vector"] = {"oversample": self._settings.quantized_oversample}
         if checked:
             knn["filter"] = _filter_clauses(checked)
         async with self._errors(f"kNN on {vector_field}"):
             resp = await self._client.search(
-                index=self._pattern, knn=knn, size=k, source_excludes=_SOURCE_EXCLUDES, track_total_hits=False
+                index=self._pattern,
+                query={"knn": knn},
+                size=k,
+                source_excludes=_SOURCE_EXCLUDES,
+                track_total_hits=False,
             )
         # Elasticsearch scores cosine as (1 + cos) / 2; the seed's scale is cos + 1.
         return [self._hit(h, min(2.0, max(0.0, 2.0 * float(h["_score"])))) for h in resp["hits"]["hits"]]

@@ -28,6 +28,9 @@ SOURCE_EXCLUDES = ("*_vectors", f"*{BM25_SUFFIX}")
 
 PAGES_PER_INDEX = 1000
 _SCALAR_TYPES = {"keyword", "integer", "long", "float", "boolean"}
+# StoreSettings.vector_search -> dense_vector index_options.type. int8_flat keeps the float vectors
+# too (the rescore reads them) beside a quarter-size int8 copy that the brute-force pass scans.
+_INDEX_TYPES = {"exact": "flat", "quantized": "int8_flat", "approximate": "hnsw"}
 
 
 def index_name(prefix: str, page_id: int) -> str:
@@ -62,7 +65,7 @@ def properties(
             props[name] = {"type": ftype}
         else:  # pragma: no cover - parse_definition refuses other types
             raise ConfigurationError(f"saved_fields.{name}: type {ftype!r} has no Elasticsearch mapping")
-    index_type = "flat" if vector_search == "exact" else "hnsw"
+    index_type = _INDEX_TYPES[vector_search]
     for vector_field in definition.vector_fields:
         dims = dimensions.get(vector_field.name)
         if dims is None:
