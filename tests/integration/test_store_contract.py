@@ -567,6 +567,48 @@ async def test_elasticsearch_quantized_mode_scans_int8_and_returns_exact_float_s
         await dispose(store)
 
 
+async def test_elasticsearch_default_bm25_field_scores_as_combined_fields(es_url: str) -> None:
+    store = ElasticsearchStore(settings=es_settings(es_url), definition=DEFINITION, dimensions=DIMENSIONS)
+    try:
+        await store.ensure_ready()
+        await _hebrew_corpus(store)
+        await _corpus(store)
+        queries = ("לעובדים", "דמי אבטלה", "housing grant", "paragraph 2 of page 7", "זכויות עובדים במס")
+        fast = [await store.bm25(query=q, k=8) for q in queries]
+        assert store._default_field_ok  # every index has the one-field copy: the term-query path ran
+        # The combined_fields path (what indices made before the field get) scores the same.
+        store._default_field_ok, store._default_field_checked = False, time.monotonic()
+        slow = [await store.bm25(query=q, k=8) for q in queries]
+        for q, a, b in zip(queries, fast, slow, strict=True):
+            assert a, q
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-3), q
+            assert untied(a) == untied(b), q
+    finally:
+        await dispose(store)
+
+
+async def test_elasticsearch_an_index_without_the_default_bm25_field_falls_back(es_url: str) -> None:
+    settings = es_settings(es_url)
+    store = ElasticsearchStore(settings=settings, definition=DEFINITION, dimensions=DIMENSIONS)
+    try:
+        await store.ensure_ready()
+        await replace(store, page(3, 1, 2))
+        # An index as an older ragbot made it: per-field BM25 copies, no one-field copy.
+        await store._client.indices.delete_index_template(name=f"{settings.es_index_prefix}-paragraphs")
+        legacy = f"{settings.es_index_prefix}_7"
+        mapping = {"content__bm25": {"type": "text", "analyzer": "whitespace"}, "page_id": {"type": "long"}}
+        await store._client.indices.create(index=legacy, mappings={"dynamic": False, "properties": mapping})
+        reader = ElasticsearchStore(settings=settings, definition=DEFINITION, dimensions=DIMENSIONS)
+        try:
+            assert not await reader._default_field_mapped()
+            hits = await reader.bm25(query="paragraph page", k=5)
+            assert {h.doc_id for h in hits} == {doc_id(3, 1, 0), doc_id(3, 1, 1)}
+        finally:
+            await reader.close()
+    finally:
+        await dispose(store)
+
+
 async def test_elasticsearch_undoes_a_page_whose_documents_fail_in_the_bulk(es_url: str) -> None:
     # Elasticsearch refuses an integer out of its field's range per document, after our checks pass.
     store = ElasticsearchStore(settings=es_settings(es_url), definition=DEFINITION, dimensions=DIMENSIONS)

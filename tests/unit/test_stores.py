@@ -65,6 +65,7 @@ def test_template_from_definition(mode: str, index_type: str) -> None:
     assert props["title"] == {"type": "text", "index": False}
     assert props["title__bm25"] == {"type": "text", "analyzer": "whitespace"}
     assert props["heading__bm25"]["analyzer"] == "whitespace"
+    assert props["ragbot_default__bm25"] == {"type": "text", "analyzer": "whitespace"}
     assert props["url"] == props["categories"] == props["doc_id"] == {"type": "keyword"}
     assert props["page_id"] == {"type": "long"}  # ragbot's core type wins over the definition's integer
     assert props["revision_date"] == props["last_update"] == {"type": "date"}

@@ -103,8 +103,21 @@ def _quantized(graph: bytes) -> bytes:
     """The graph with int8 weights (ONNX Runtime dynamic quantization of MatMul and Gemm)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
-    with tempfile.TemporaryDirectory(prefix="ragbot-reranker-") as tmp:
-        source, target = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
-        source.write_bytes(graph)
-        quantize_dynamic(source, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
-        return target.read_bytes()
+    root = logging.getLogger()
+    hint = _DropHint()  # the quantizer logs a pre-processing suggestion on the root logger each time
+    root.addFilter(hint)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ragbot-reranker-") as tmp:
+            source, target = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
+            source.write_bytes(graph)
+            quantize_dynamic(
+                source, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"]
+            )
+            return target.read_bytes()
+    finally:
+        root.removeFilter(hint)
+
+
+class _DropHint(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()

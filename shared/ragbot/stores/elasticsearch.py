@@ -9,9 +9,15 @@
   Text fields keep their original and an analyzed copy ``<field>__bm25`` holding
   ``ragbot.text.analyze`` tokens under the ``whitespace`` analyzer, so BM25 sees the same tokens as
   the embedded store.
-* kNN scores: Elasticsearch reports ``(1 + cos) / 2`` for cosine; we return ``cos + 1`` (0..2).
-* BM25: ``combined_fields`` (BM25F, the formula the embedded store computes) over the ``__bm25``
-  copies, with ``dfs_query_then_fetch`` so that term statistics are global across bucket indices.
+* kNN: the ``knn`` query, so each shard does one query phase. ``exact`` (``flat``) and ``quantized``
+  (``int8_flat``: the scan reads int8 copies, then the best k x ``quantized_oversample`` per shard
+  are rescored on the float vectors) return exact cosine scores; ``approximate`` is HNSW.
+  Elasticsearch reports ``(1 + cos) / 2`` for cosine; we return ``cos + 1`` (0..2).
+* BM25: BM25F, the formula the embedded store computes, with ``dfs_query_then_fetch`` so that term
+  statistics are global across bucket indices. The default fields (title and content, weight 1) are
+  also indexed back to back in one field (``DEFAULT_BM25_FIELD``), where BM25 is that same BM25F and
+  a plain term query lets Lucene skip what cannot reach the top k; other field choices, and indices
+  made before that field existed, use ``combined_fields`` over the per-field ``__bm25`` copies.
 * Page replace: bulk-index the new revision (ids ``page-revision-paragraph``), bulk-delete the page's
   other documents, then refresh the touched indices, so the page is searchable when the call
   returns. One explicit refresh instead of ``refresh=wait_for`` on each bulk: ``wait_for`` waits for
@@ -32,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -48,6 +56,7 @@ from ragbot.schemas.pages import PageState
 from ragbot.settings import StoreSettings
 from ragbot.stores.common import (
     BM25_SUFFIX,
+    DEFAULT_BM25_FIELD,
     MAX_K,
     Filter,
     analyzed_text,
@@ -55,6 +64,7 @@ from ragbot.stores.common import (
     check_k,
     check_knn_query,
     check_window,
+    default_bm25_fields,
     parse_last_update,
     prepare_writes,
     query_tokens,
@@ -68,6 +78,7 @@ logger = logging.getLogger(__name__)
 _SOURCE_EXCLUDES = list(SOURCE_EXCLUDES)
 _PAGE_SIZE = 1000
 _DEPENDENCY = "elasticsearch"
+_RECHECK_S = 60.0
 
 
 # The page's newest revision, and that revision's first paragraph (for the title).
@@ -145,6 +156,11 @@ class ElasticsearchStore:
             v.name: int(dimensions[v.name]) for v in definition.vector_fields if v.name in dimensions
         }
         self._text_fields = text_fields_of(definition)
+        self._default_bm25 = default_bm25_fields(self._text_fields)
+        # Whether every index maps DEFAULT_BM25_FIELD (indices made before it existed do not), and
+        # when that was last checked (a "no" is asked again: a reindex may have fixed it).
+        self._default_field_ok = False
+        self._default_field_checked = -math.inf
         self._prefix = settings.es_index_prefix
         self._pattern = index_pattern(self._prefix)
         self._client_given = client
@@ -280,6 +296,10 @@ class ElasticsearchStore:
         for name in self._text_fields:
             if source.get(name) is not None:
                 source[f"{name}{BM25_SUFFIX}"] = analyzed_text(source[name])
+        if self._default_bm25:
+            source[DEFAULT_BM25_FIELD] = " ".join(
+                source[f"{name}{BM25_SUFFIX}"] for name in self._default_bm25 if source.get(name) is not None
+            )
         for name, vector in paragraph.vectors.items():
             # Left an array: the client's serializer writes it as a JSON list chunk by chunk, so a big
             # page never holds every vector as Python floats at once (12 KB per 384-d vector).
@@ -533,13 +553,17 @@ class ElasticsearchStore:
         tokens = query_tokens(query)
         if not tokens:
             return []
-        match = {
-            "combined_fields": {
-                "query": " ".join(tokens),
-                "fields": [f"{name}{BM25_SUFFIX}^{weight:g}" for name, weight in weighted],
-                "operator": "or",
+        match: dict[str, Any]
+        if [name for name, _ in weighted] == self._default_bm25 and await self._default_field_mapped():
+            match = {"match": {DEFAULT_BM25_FIELD: {"query": " ".join(tokens), "operator": "or"}}}
+        else:
+            match = {
+                "combined_fields": {
+                    "query": " ".join(tokens),
+                    "fields": [f"{name}{BM25_SUFFIX}^{weight:g}" for name, weight in weighted],
+                    "operator": "or",
+                }
             }
-        }
         async with self._errors("BM25 search"):
             resp = await self._client.search(
                 index=self._pattern,
@@ -550,6 +574,33 @@ class ElasticsearchStore:
                 track_total_hits=False,  # no hit count: lets Lucene skip blocks that cannot make the top k
             )
         return [self._hit(h, float(h["_score"])) for h in resp["hits"]["hits"]]
+
+    async def _default_field_mapped(self) -> bool:
+        """True when every ``<prefix>_*`` index maps DEFAULT_BM25_FIELD (or there is none yet).
+
+        Indices written before the field existed lack it until they are reindexed; BM25 then runs
+        ``combined_fields`` over the per-field copies, the same scores, more slowly. A yes holds for
+        good (new indices get the field from the template); a no is asked again after a minute.
+        """
+        if self._default_field_ok:
+            return True
+        now = time.monotonic()
+        if now - self._default_field_checked < _RECHECK_S:
+            return False
+        self._default_field_checked = now
+        async with self._errors("reading the BM25 field mappings"):
+            resp = await self._client.indices.get_field_mapping(
+                index=self._pattern, fields=DEFAULT_BM25_FIELD, allow_no_indices=True
+            )
+        missing = sorted(name for name, body in resp.body.items() if not body.get("mappings"))
+        if missing:
+            logger.warning(
+                "indices %s predate %s: BM25 uses combined_fields until they are reindexed",
+                ",".join(missing[:5]),
+                DEFAULT_BM25_FIELD,
+            )
+        self._default_field_ok = not missing
+        return self._default_field_ok
 
     async def get(self, *, doc_ids: Sequence[str]) -> list[SearchHit]:
         """Paragraphs by id, in the order asked, missing ones left out."""

@@ -21,7 +21,7 @@ from typing import Any
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError
 from ragbot.settings import StoreSettings
-from ragbot.stores.common import BM25_SUFFIX, text_fields_of
+from ragbot.stores.common import BM25_SUFFIX, DEFAULT_BM25_FIELD, default_bm25_fields, text_fields_of
 
 # Fields indexed for search but never stored in _source nor returned.
 SOURCE_EXCLUDES = ("*_vectors", f"*{BM25_SUFFIX}")
@@ -65,6 +65,8 @@ def properties(
             props[name] = {"type": ftype}
         else:  # pragma: no cover - parse_definition refuses other types
             raise ConfigurationError(f"saved_fields.{name}: type {ftype!r} has no Elasticsearch mapping")
+    if default_bm25_fields(text_fields_of(definition)):
+        props[DEFAULT_BM25_FIELD] = {"type": "text", "analyzer": "whitespace"}
     index_type = _INDEX_TYPES[vector_search]
     for vector_field in definition.vector_fields:
         dims = dimensions.get(vector_field.name)
