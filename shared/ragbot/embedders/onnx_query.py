@@ -23,7 +23,23 @@ from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OnnxQueryEncoder"]
+__all__ = ["OnnxQueryEncoder", "cpu_session"]
+
+
+def cpu_session(graph: bytes, *, threads: int = 0) -> Any:
+    """An ONNX Runtime CPU session for a serialized graph (``threads`` 0: one per core)."""
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    options = ort.SessionOptions()
+    if threads > 0:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    # No busy-waiting between runs: on a small box the spinning threads took the CPU that
+    # BM25, the dense search and the reranker needed (rerank 155 -> 190 ms p50).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
 
 _POOLINGS = {"mean", "cls"}
 
@@ -50,7 +66,6 @@ class OnnxQueryEncoder:
             logger.info("query encoder stays on torch: pooling %r is not exported", pooling)
             return None
         try:
-            import onnxruntime as ort  # type: ignore[import-untyped]
             import torch
 
             transformer = model[0].auto_model.eval()
@@ -84,15 +99,7 @@ class OnnxQueryEncoder:
                     opset_version=17,
                     dynamo=False,
                 )
-            options = ort.SessionOptions()
-            if threads > 0:
-                options.intra_op_num_threads = threads
-            options.log_severity_level = 3
-            # No busy-waiting between runs: on a small box the spinning threads took the CPU that
-            # BM25, the dense search and the reranker needed (rerank 155 -> 190 ms p50).
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            session = ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
+            session = cpu_session(buffer.getvalue(), threads=threads)
         except Exception as exc:  # a model the exporter cannot trace: torch still works
             logger.warning("query encoder stays on torch: ONNX export failed: %s", exc)
             return None

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ragbot.embedders.onnx_query import cpu_session
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["OnnxCrossEncoder"]
@@ -36,7 +38,6 @@ class OnnxCrossEncoder:
     def build(cls, model: Any, *, quantize: bool = True, threads: int = 0) -> OnnxCrossEncoder | None:
         """Export a sentence-transformers ``CrossEncoder`` (CPU, one label); None when that fails."""
         try:
-            import onnxruntime as ort  # type: ignore[import-untyped]
             import torch
 
             inner = model.model.eval()
@@ -71,14 +72,7 @@ class OnnxCrossEncoder:
             graph: bytes = buffer.getvalue()
             if quantize:
                 graph = _quantized(graph)
-            options = ort.SessionOptions()
-            if threads > 0:
-                options.intra_op_num_threads = threads
-            options.log_severity_level = 3
-            # No busy-waiting between calls: spinning threads take the cores the stores need.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+            session = cpu_session(graph, threads=threads)
         except Exception as exc:  # an exporter or quantizer that cannot handle the model: torch still works
             logger.warning("reranker stays on torch: ONNX export failed: %s", exc)
             return None
