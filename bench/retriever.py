@@ -255,6 +255,9 @@ async def latency(
                 await merge()
                 out["force_merge_s"] = round(time.perf_counter() - started, 1)
         out["paragraphs"] = await store.count()
+        started = time.perf_counter()
+        await store.warm_up()  # as the retriever service does at start
+        out["warm_up_s"] = round(time.perf_counter() - started, 1)
         engine = RetrievalEngine(
             store=store,
             embedders={MINILM: embedder},

@@ -61,6 +61,9 @@ class SearchStore(Protocol):
     async def ping(self) -> bool:
         """True when the store answers (for /readyz)."""
 
+    async def warm_up(self) -> None:
+        """Load what searches read into memory before the first query needs it (idempotent)."""
+
     async def replace_page(
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:

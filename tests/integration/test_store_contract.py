@@ -365,6 +365,19 @@ def _expected(
     return [(ids[i], float(scores[i])) for i in order]
 
 
+async def test_warm_up_is_idempotent_on_an_empty_and_a_full_store(store: SearchStore) -> None:
+    await store.warm_up()
+    written = await _corpus(store)
+    await store.warm_up()
+    await store.warm_up()
+    target = doc_id(6, 1, 1)
+    hits = await store.knn(vector_field=CONTENT_MINI, vector=written[target][CONTENT_MINI], k=1)
+    assert hits[0].doc_id == target
+    assert await store.bm25(query="paragraph 1 of page 6", k=3)
+    if isinstance(store, EmbeddedStore):  # the searches found everything built
+        assert store._derived.matrices is not None and store._derived.lexical is not None
+
+
 @pytest.mark.parametrize("field", [CONTENT_MINI, TITLE_E5, CONTENT_E5])
 async def test_knn_per_vector_field_is_exact_cosine_plus_one(store: SearchStore, field: str) -> None:
     written = await _corpus(store)

@@ -110,6 +110,9 @@ class FakeStore:
     async def ping(self) -> bool:
         return not self.down
 
+    async def warm_up(self) -> None:
+        pass
+
     async def replace_page(
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:

@@ -99,6 +99,9 @@ class SwitchableStore:
     async def ping(self) -> bool:
         return self.state == "up"
 
+    async def warm_up(self) -> None:
+        pass
+
     async def replace_page(
         self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
     ) -> None:

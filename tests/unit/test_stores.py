@@ -46,7 +46,9 @@ def test_doc_id_and_bucket_index() -> None:
     assert index_pattern("ragbot") == "ragbot_*"
 
 
-@pytest.mark.parametrize(("mode", "index_type"), [("exact", "flat"), ("quantized", "int8_flat"), ("approximate", "hnsw")])
+@pytest.mark.parametrize(
+    ("mode", "index_type"), [("exact", "flat"), ("quantized", "int8_flat"), ("approximate", "hnsw")]
+)
 def test_template_from_definition(mode: str, index_type: str) -> None:
     settings = StoreSettings(es_index_prefix="kz", vector_search=mode, es_shards=2, es_replicas=1)
     body = index_template(settings=settings, definition=DEFINITION, dimensions=DIMS)

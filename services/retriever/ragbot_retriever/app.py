@@ -69,6 +69,9 @@ async def build_resources(
     store = build_store(settings=store_settings, definition=definition, dimensions=dimensions)
     try:
         await asyncio.wait_for(store.ensure_ready(), timeout=retriever_settings.store_timeout_s)
+        # No timeout: the embedded store builds its matrices and BM25 index here (seconds at 100k
+        # paragraphs), before uvicorn answers anything, instead of failing the first query.
+        await store.warm_up()
     except (TimeoutError, RagbotError) as exc:  # start anyway: /readyz and every request say 503
         logger.warning("store not ready at start: %s", exc)
     engine = RetrievalEngine(

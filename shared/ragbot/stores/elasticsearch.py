@@ -224,6 +224,11 @@ class ElasticsearchStore:
             )
         self._template_ready = True
 
+    async def warm_up(self) -> None:
+        """The server holds the indices; learn now which BM25 path they allow."""
+        if self._default_bm25:
+            await self._default_field_mapped()
+
     async def _ensure_template(self) -> None:
         if self._template_ready:
             return
@@ -589,9 +594,12 @@ class ElasticsearchStore:
             return False
         self._default_field_checked = now
         async with self._errors("reading the BM25 field mappings"):
-            resp = await self._client.indices.get_field_mapping(
+            resp = await self._client.options(ignore_status=404).indices.get_field_mapping(
                 index=self._pattern, fields=DEFAULT_BM25_FIELD, allow_no_indices=True
             )
+        if not resp.body:  # no index yet: nothing to search; ask again when there is one
+            self._default_field_checked = -math.inf
+            return True
         missing = sorted(name for name, body in resp.body.items() if not body.get("mappings"))
         if missing:
             logger.warning(

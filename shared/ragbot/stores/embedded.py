@@ -571,6 +571,11 @@ class EmbeddedStore:
 
         await self._run(ready)
 
+    async def warm_up(self) -> None:
+        """Build the vector matrices and the BM25 index now, not in the first query (100k paragraphs:
+        seconds, more than a query's store timeout)."""
+        await self._run(lambda: self._sync(self._conn(), matrices=True, bm25=True))
+
     async def ping(self) -> bool:
         """True when the file can be read."""
         try:
