@@ -44,7 +44,7 @@ class StoreSettings(BaseSettings):
     es_replicas: int = 0
     # Elasticsearch kNN. quantized (default): brute force over int8 copies, the best k x oversample per
     # shard rescored on the float vectors (exact scores; the whole exact top 50 at 100k paragraphs,
-    # in 44 ms where exact took 62: docs/benchmarks.md); exact: brute-force cosine over every float
+    # in 49 ms where exact took 68: docs/benchmarks.md); exact: brute-force cosine over every float
     # vector (the seed's semantics); approximate: HNSW. The embedded store is always exact.
     vector_search: Literal["exact", "quantized", "approximate"] = "quantized"
     hnsw_num_candidates_factor: int = 10
