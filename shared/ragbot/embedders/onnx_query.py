@@ -12,33 +12,18 @@ whose export fails; ``build`` then returns None and says why in the log.
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ragbot.onnx_runtime import cpu_session, export_graph
 from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OnnxQueryEncoder", "cpu_session"]
-
-
-def cpu_session(graph: bytes, *, threads: int = 0) -> Any:
-    """An ONNX Runtime CPU session for a serialized graph (``threads`` 0: one per core)."""
-    import onnxruntime as ort  # type: ignore[import-untyped]
-
-    options = ort.SessionOptions()
-    if threads > 0:
-        options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    # No busy-waiting between runs: on a small box the spinning threads took the CPU that
-    # BM25, the dense search and the reranker needed (rerank 155 -> 190 ms p50).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+__all__ = ["OnnxQueryEncoder"]
 
 
 _POOLINGS = {"mean", "cls"}
@@ -66,40 +51,17 @@ class OnnxQueryEncoder:
             logger.info("query encoder stays on torch: pooling %r is not exported", pooling)
             return None
         try:
-            import torch
-
-            transformer = model[0].auto_model.eval()
-
-            class _LastHidden(torch.nn.Module):
-                def __init__(self, inner: Any) -> None:
-                    super().__init__()
-                    self.inner = inner
-
-                def forward(self, ids: Any, mask: Any) -> Any:
-                    return self.inner(input_ids=ids, attention_mask=mask).last_hidden_state
-
             sample = model.tokenizer(
                 ["a question", "a longer sample question"], return_tensors="pt", padding=True
             )
-            buffer = io.BytesIO()
-            dynamic = {0: "batch", 1: "tokens"}
-            export: Any = torch.onnx.export  # typed for paths; a buffer works too
-            with torch.inference_mode():
-                export(
-                    _LastHidden(transformer),
-                    (sample["input_ids"], sample["attention_mask"]),
-                    buffer,
-                    input_names=["input_ids", "attention_mask"],
-                    output_names=["last_hidden_state"],
-                    dynamic_axes={
-                        "input_ids": dynamic,
-                        "attention_mask": dynamic,
-                        "last_hidden_state": dynamic,
-                    },
-                    opset_version=17,
-                    dynamo=False,
-                )
-            session = cpu_session(buffer.getvalue(), threads=threads)
+            graph = export_graph(
+                model[0].auto_model.eval(),
+                lambda inner, **inputs: inner(**inputs).last_hidden_state,
+                {"input_ids": sample["input_ids"], "attention_mask": sample["attention_mask"]},
+                output="last_hidden_state",
+                output_axes={0: "batch", 1: "tokens"},
+            )
+            session = cpu_session(graph, threads=threads)
         except Exception as exc:  # a model the exporter cannot trace: torch still works
             logger.warning("query encoder stays on torch: ONNX export failed: %s", exc)
             return None

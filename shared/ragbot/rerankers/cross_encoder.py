@@ -94,7 +94,7 @@ class CrossEncoderReranker:
                 if self.quantize and device == "cpu":
                     # int8 through ONNX Runtime's integer kernels; torch's dynamic quantization if the
                     # export fails (docs/benchmarks.md compares the two).
-                    onnx = OnnxCrossEncoder.build(model, quantize=True, threads=torch.get_num_threads())
+                    onnx = OnnxCrossEncoder.build(model, threads=torch.get_num_threads())
                     if onnx is None:
                         quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic  # untyped in torch
                         quantize_dynamic(model.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -126,16 +126,18 @@ class CrossEncoderReranker:
             raise TypeError("pass a sequence of passages, not a single string")
         if not passages:
             return []
-        pairs = [(query, p) for p in passages]
         try:
             with self._score_lock:
                 if self._onnx is not None:
                     return self._onnx.score(query, passages)
                 raw = self._model.predict(
-                    pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True
+                    [(query, p) for p in passages],
+                    batch_size=self.batch_size,
+                    show_progress_bar=False,
+                    convert_to_numpy=True,
                 )
         except Exception as exc:  # torch/tokenizer errors become ours
-            raise RerankError(f"reranker {self.path} failed on {len(pairs)} pairs: {exc}") from exc
+            raise RerankError(f"reranker {self.path} failed on {len(passages)} pairs: {exc}") from exc
         return [float(s) for s in raw.reshape(-1)]
 
     def close(self) -> None:

@@ -9,7 +9,6 @@ nothing is downloaded. Scores are the sigmoid of the logit, as ``CrossEncoder.pr
 
 from __future__ import annotations
 
-import io
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbot.embedders.onnx_query import cpu_session
+from ragbot.onnx_runtime import cpu_session, export_graph
 
 logger = logging.getLogger(__name__)
 
@@ -35,43 +34,24 @@ class OnnxCrossEncoder:
         self._inputs = tuple(inputs)
 
     @classmethod
-    def build(cls, model: Any, *, quantize: bool = True, threads: int = 0) -> OnnxCrossEncoder | None:
-        """Export a sentence-transformers ``CrossEncoder`` (CPU, one label); None when that fails."""
+    def build(cls, model: Any, *, threads: int = 0) -> OnnxCrossEncoder | None:
+        """Export a sentence-transformers ``CrossEncoder`` (CPU, one label) with int8 weights; None
+        when that fails."""
         try:
-            import torch
-
-            inner = model.model.eval()
             tokenizer = model.tokenizer
             sample = tokenizer(
                 ["a question", "another"], ["a passage", "a longer passage"], return_tensors="pt"
             )
             names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
-
-            class _Logits(torch.nn.Module):
-                def __init__(self, wrapped: Any) -> None:
-                    super().__init__()
-                    self.wrapped = wrapped
-
-                def forward(self, *tensors: Any) -> Any:
-                    return self.wrapped(**dict(zip(names, tensors, strict=True))).logits
-
-            buffer = io.BytesIO()
-            axes = {n: {0: "batch", 1: "tokens"} for n in names}
-            export: Any = torch.onnx.export  # typed for paths; a buffer works too
-            with torch.inference_mode():
-                export(
-                    _Logits(inner),
-                    tuple(sample[n] for n in names),
-                    buffer,
-                    input_names=names,
-                    output_names=["logits"],
-                    dynamic_axes={**axes, "logits": {0: "batch"}},
-                    opset_version=17,
-                    dynamo=False,
+            graph = _quantized(
+                export_graph(
+                    model.model.eval(),
+                    lambda inner, **inputs: inner(**inputs).logits,
+                    {n: sample[n] for n in names},
+                    output="logits",
+                    output_axes={0: "batch"},
                 )
-            graph: bytes = buffer.getvalue()
-            if quantize:
-                graph = _quantized(graph)
+            )
             session = cpu_session(graph, threads=threads)
         except Exception as exc:  # an exporter or quantizer that cannot handle the model: torch still works
             logger.warning("reranker stays on torch: ONNX export failed: %s", exc)
