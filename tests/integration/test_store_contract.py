@@ -589,9 +589,13 @@ async def test_elasticsearch_default_bm25_field_scores_as_combined_fields(es_url
         queries = ("לעובדים", "דמי אבטלה", "housing grant", "paragraph 2 of page 7", "זכויות עובדים במס")
         fast = [await store.bm25(query=q, k=8) for q in queries]
         assert store._default_field_ok  # every index has the one-field copy: the term-query path ran
+        # Other weights than the copy's (all 1) never take that path.
+        weighted = await store.bm25(query="housing grant", k=8, fields=["title^3", "content"])
         # The combined_fields path (what indices made before the field get) scores the same.
         store._default_field_ok, store._default_field_checked = False, time.monotonic()
         slow = [await store.bm25(query=q, k=8) for q in queries]
+        combined = await store.bm25(query="housing grant", k=8, fields=["title^3", "content"])
+        assert [h.score for h in weighted] == pytest.approx([h.score for h in combined], rel=1e-6)
         for q, a, b in zip(queries, fast, slow, strict=True):
             assert a, q
             assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-3), q

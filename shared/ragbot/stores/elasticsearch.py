@@ -559,7 +559,8 @@ class ElasticsearchStore:
         if not tokens:
             return []
         match: dict[str, Any]
-        if [name for name, _ in weighted] == self._default_bm25 and await self._default_field_mapped():
+        default = self._default_bm25 is not None and weighted == [(n, 1.0) for n in self._default_bm25]
+        if default and await self._default_field_mapped():
             match = {"match": {DEFAULT_BM25_FIELD: {"query": " ".join(tokens), "operator": "or"}}}
         else:
             match = {
