@@ -18,21 +18,19 @@ import json
 import sys
 from pathlib import Path
 
+from sweep_store import indexed_store
+
 from ragbot.definition import load_definition
-from ragbot.embedders import build_embedders
 from ragbot.evaluation import (
     EvalConfig,
-    VectorCache,
     eval_definition,
-    index_dataset,
     load_beir,
     run_config,
 )
-from ragbot.ports import Embedder, Reranker
+from ragbot.ports import Reranker
 from ragbot.rerankers import build_reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-from ragbot.settings import StoreSettings, get_model_settings
-from ragbot.stores import build_store
+from ragbot.settings import get_model_settings
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -75,43 +73,38 @@ async def main() -> int:
     definition = eval_definition(
         load_definition(args.definition or settings.document_definition), args.models
     )
-    embedders: dict[str, VectorCache] = {
-        n: VectorCache(e, folder=args.cache_dir)
-        for n, e in build_embedders(settings=settings, definition=definition).items()
-    }
-    for e in embedders.values():
-        e.warm_up()
     reranker: Reranker | None = build_reranker(args.reranker)
     if reranker is not None:
         reranker.warm_up()
-    dims = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
-    store = build_store(
-        settings=StoreSettings(backend="embedded", embedded_path=args.store_path),
-        definition=definition,
-        dimensions=dims,
-    )
-    await store.ensure_ready()
-    plain: dict[str, Embedder] = dict(embedders)
-    if await store.count() == 0:
-        await index_dataset(dataset, store=store, definition=definition, embedders=plain, max_tokens=512)
-    engine = RetrievalEngine(
-        store=store, embedders=plain, definition=definition, reranker=reranker, defaults=RetrievalDefaults()
-    )
     results = {}
-    for config in variants(reranker is not None):
-        if args.only and not any(config.name.startswith(o) for o in args.only):
-            continue
-        result = await run_config(engine, dataset, config)
-        results[config.name] = {**{k: round(v, 4) for k, v in result.metrics.items()}, **result.latency_ms}
-        m = result.metrics
-        print(
-            f"{config.name:<28} ndcg@10 {m['ndcg@10']:.4f}  r@100 {m['recall@100']:.4f}  "
-            f"mrr@10 {m['mrr@10']:.4f}  p50 {result.latency_ms['p50']:.0f} ms",
-            flush=True,
+    async with indexed_store(
+        dataset,
+        definition=definition,
+        settings=settings,
+        store_path=args.store_path,
+        cache_dir=args.cache_dir,
+    ) as (store, embedders):
+        engine = RetrievalEngine(
+            store=store,
+            embedders=embedders,
+            definition=definition,
+            reranker=reranker,
+            defaults=RetrievalDefaults(),
         )
-    for e in embedders.values():
-        e.flush()
-    await store.close()
+        for config in variants(reranker is not None):
+            if args.only and not any(config.name.startswith(o) for o in args.only):
+                continue
+            result = await run_config(engine, dataset, config)
+            results[config.name] = {
+                **{k: round(v, 4) for k, v in result.metrics.items()},
+                **result.latency_ms,
+            }
+            m = result.metrics
+            print(
+                f"{config.name:<28} ndcg@10 {m['ndcg@10']:.4f}  r@100 {m['recall@100']:.4f}  "
+                f"mrr@10 {m['mrr@10']:.4f}  p50 {result.latency_ms['p50']:.0f} ms",
+                flush=True,
+            )
     out = args.out or RESULTS / f"fusion_{dataset.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(

@@ -20,24 +20,14 @@ import json
 import sys
 from pathlib import Path
 
+from sweep_store import indexed_store
+
 from ragbot.definition import load_definition
-from ragbot.embedders import build_embedders
-from ragbot.evaluation import (
-    MAX_PAGES,
-    EvalConfig,
-    VectorCache,
-    eval_definition,
-    index_dataset,
-    load_beir,
-    page_ids,
-    score_run,
-)
+from ragbot.evaluation import MAX_PAGES, EvalConfig, eval_definition, load_beir, page_ids, score_run
 from ragbot.fusion import FusedHit, apply_rerank, group_ranked
-from ragbot.ports import Embedder
 from ragbot.rerankers import configured_reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-from ragbot.settings import RetrieverSettings, StoreSettings, get_model_settings
-from ragbot.stores import build_store
+from ragbot.settings import RetrieverSettings, get_model_settings
 
 RESULTS = Path(__file__).parent / "results"
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -67,40 +57,32 @@ async def main() -> int:
     )
     dataset = load_beir(args.dataset, split=args.split, max_queries=args.max_queries)
     definition = eval_definition(load_definition(settings.document_definition), args.models)
-    embedders = {
-        n: VectorCache(e, folder=args.cache_dir)
-        for n, e in build_embedders(settings=settings, definition=definition).items()
-    }
-    for e in embedders.values():
-        e.warm_up()
     reranker = configured_reranker(retriever, settings, path=args.reranker)
     if reranker is None:  # pragma: no cover - --reranker is required
         return 2
     reranker.warm_up()
-    dims = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
-    store = build_store(
-        settings=StoreSettings(backend="embedded", embedded_path=args.store_path),
-        definition=definition,
-        dimensions=dims,
-    )
-    await store.ensure_ready()
-    plain: dict[str, Embedder] = dict(embedders)
-    if await store.count() == 0:
-        await index_dataset(dataset, store=store, definition=definition, embedders=plain, max_tokens=512)
     defaults = RetrievalDefaults.from_settings(retriever.model_copy(update={"rerank_weight": 1.0}))
-    engine = RetrievalEngine(
-        store=store, embedders=plain, definition=definition, reranker=reranker, defaults=defaults
-    )
     config = EvalConfig("default +rerank", None, rerank=True)
     doc_of = page_ids(dataset)
     pages = [1] * MAX_PAGES
     judged: list[tuple[str, list[FusedHit], list[float], list[FusedHit]]] = []
-    for number, (qid, text) in enumerate(dataset.queries.items(), start=1):
-        result = await engine.run(config.request(text, retrieval_size=100, pages=MAX_PAGES))
-        top = result.fused[: defaults.rerank_top_n]
-        cross = {h.doc_id: s for h, s in result.rerank_scores or []}
-        judged.append((qid, top, [cross[h.doc_id] for h in top], result.fused))
-        print(f"  {number}/{len(dataset.queries)} queries reranked", end="\r", flush=True)
+    async with indexed_store(
+        dataset,
+        definition=definition,
+        settings=settings,
+        store_path=args.store_path,
+        cache_dir=args.cache_dir,
+    ) as (store, embedders):
+        engine = RetrievalEngine(
+            store=store, embedders=embedders, definition=definition, reranker=reranker, defaults=defaults
+        )
+        for number, (qid, text) in enumerate(dataset.queries.items(), start=1):
+            result = await engine.run(config.request(text, retrieval_size=100, pages=MAX_PAGES))
+            top = result.fused[: defaults.rerank_top_n]
+            cross = {h.doc_id: s for h, s in result.rerank_scores or []}
+            judged.append((qid, top, [cross[h.doc_id] for h in top], result.fused))
+            print(f"  {number}/{len(dataset.queries)} queries reranked", end="\r", flush=True)
+    reranker.close()
     print()
     results: dict[str, dict[str, float]] = {}
     for weight in WEIGHTS:
@@ -122,10 +104,6 @@ async def main() -> int:
     no_rerank = {k: round(v, 4) for k, v in score_run(plain_run, dataset.qrels).items()}
     print(f"no rerank   ndcg@10 {no_rerank['ndcg@10']:.4f}  mrr@10 {no_rerank['mrr@10']:.4f}")
     best = max(results, key=lambda w: results[w]["ndcg@10"])
-    for e in embedders.values():
-        e.flush()
-    await store.close()
-    reranker.close()
     out = args.out or RESULTS / f"rerank_blend_{dataset.name}_{args.split}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     body = {

@@ -111,9 +111,9 @@ async def quality(
                 definition=definition,
                 embedders=dict(embedders),
                 defaults=RetrievalDefaults.from_settings(
-                    RetrieverSettings()
-                    if rerank_weight is None
-                    else RetrieverSettings().model_copy(update={"rerank_weight": rerank_weight})
+                    RetrieverSettings().model_copy(
+                        update={} if rerank_weight is None else {"rerank_weight": rerank_weight}
+                    )
                 ),
                 reranker=reranker,
                 configs=[DEFAULT],
