@@ -60,9 +60,9 @@ from support.processes import (  # noqa: E402
 
 from ragbot.definition import parse_definition  # noqa: E402
 from ragbot.embedders import build_embedders  # noqa: E402
-from ragbot.events import EventPublisher  # noqa: E402
-from ragbot.indexing import prepare_paragraphs  # noqa: E402
-from ragbot.jobs import JobStore  # noqa: E402
+from ragbot.indexing.embed import prepare_paragraphs  # noqa: E402
+from ragbot.messaging.events import EventPublisher  # noqa: E402
+from ragbot.messaging.jobs import JobStore  # noqa: E402
 from ragbot.observability.metrics import worker_metrics  # noqa: E402
 from ragbot.ports import Embedder  # noqa: E402
 from ragbot.schemas.messages import PageDeleted, PageIndexed  # noqa: E402

@@ -3,7 +3,7 @@
 Indexes a BEIR dataset through the real path once (or reuses ``--store-path``), runs the default
 hybrid retrieval with the reranker on every judged query of ``--split`` once, and keeps each query's
 fused top N with the cross-encoder's scores. Every weight w is then applied to those same scores
-(``ragbot.fusion.apply_rerank``: w x cross-encoder + (1 - w) x normalised fused score), so the sweep
+(``ragbot.retrieval.fusion.apply_rerank``: w x cross-encoder + (1 - w) x normalised fused score), so the sweep
 costs one rerank per query. Prints nDCG@10 / MRR@10 per weight (w = 0 is retrieval's own order over
 the same top N, w = 1 the cross-encoder alone) and writes
 ``bench/results/rerank_blend_<dataset>_<split>.json``. Choose on ``train``, report on ``test``.
@@ -24,9 +24,9 @@ from sweep_store import indexed_store
 
 from ragbot.definition import load_definition
 from ragbot.evaluation import MAX_PAGES, EvalConfig, eval_definition, load_beir, page_ids, score_run
-from ragbot.fusion import FusedHit, apply_rerank, group_ranked
 from ragbot.rerankers import configured_reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.retrieval.fusion import FusedHit, apply_rerank, group_ranked
 from ragbot.settings import RetrieverSettings, get_model_settings
 
 RESULTS = Path(__file__).parent / "results"

@@ -28,7 +28,7 @@ from types import FrameType
 
 import httpx
 
-from ragbot.devserver import LocalWiki, ServiceProcess, load_pages, local_service
+from ragbot.dev.servers import LocalWiki, ServiceProcess, load_pages, local_service
 from ragbot.settings import (
     get_chat_settings,
     get_ingest_settings,

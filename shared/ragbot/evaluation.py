@@ -42,7 +42,7 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.errors import ConfigurationError, ValidationFailed
-from ragbot.indexing import build_stored_paragraphs
+from ragbot.indexing.embed import build_stored_paragraphs
 from ragbot.ports import Embedder, Reranker, SearchStore, Vector
 from ragbot.rerankers.training import TrainingPair
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine

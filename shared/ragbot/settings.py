@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ragbot.precision import Precision
+from ragbot.inference.precision import Precision
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -73,7 +73,7 @@ class ModelSettings(BaseSettings):
     torch_threads: int = Field(default=0, ge=0, le=256)
     # Precision of torch models (embedders, reranker): "auto" is float16 on CUDA, bfloat16 for batched
     # work on a CPU with AMX (about 2.5x float32's throughput there), float32 otherwise. See
-    # ragbot.precision.
+    # ragbot.inference.precision.
     precision: Precision = "auto"
     # How a one-query-at-a-time process (the retriever) embeds queries on a CPU: "auto" exports plain
     # sentence-transformers models to ONNX Runtime at warm-up (ragbot.embedders.onnx_query), "torch"
@@ -140,7 +140,7 @@ class RetrieverSettings(BaseSettings):
     port: int = 8002
     default_retrieval_size: int = 50
     max_query_chars: int = 2000
-    # Retrieval defaults, used when a request leaves them out (see ragbot.fusion for the methods).
+    # Retrieval defaults, used when a request leaves them out (see ragbot.retrieval.fusion for the methods).
     default_mode: Literal["semantic", "lexical", "hybrid"] = "hybrid"
     default_fusion: Literal["rrf", "page_rrf", "score"] = "score"
     rrf_k: int = Field(default=60, ge=1, le=10000)

@@ -177,7 +177,7 @@ def test_the_ragbot_chat_cli_streams_and_continues_its_session(stack: Stack, tmp
     command = [
         sys.executable,
         "-m",
-        "ragbot.cli",
+        "ragbot.cli.main",
         "chat",
         "--url",
         stack.chat_url,

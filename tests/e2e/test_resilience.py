@@ -34,8 +34,8 @@ from support.processes import (
 )
 from support.tcp_proxy import TcpProxy
 
-from ragbot import cli
-from ragbot.events import events_key
+from ragbot.cli import main as cli
+from ragbot.messaging.events import events_key
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -28,7 +28,7 @@ from support.processes import (
     service_env,
 )
 
-from ragbot.queue import create_celery_app
+from ragbot.messaging.queue import create_celery_app
 from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK
 from ragbot.settings import RedisSettings
 

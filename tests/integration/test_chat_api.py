@@ -16,7 +16,7 @@ import redis
 from support.chat_fakes import ScriptedLLM, SSEEvent, parse_sse
 from support.chat_stack import ChatServer, chat_server
 
-from ragbot import cli_chat
+from ragbot.cli import chat as cli_chat
 from ragbot.ports import ChatMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

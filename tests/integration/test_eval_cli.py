@@ -28,7 +28,7 @@ import httpx
 import numpy as np
 import pytest
 
-from ragbot.cli import main
+from ragbot.cli.main import main
 from ragbot.evaluation import load_beir
 from ragbot.rerankers import CrossEncoderReranker
 from ragbot.rerankers.training import METADATA_FILE, BM25Index, load_pairs
@@ -285,7 +285,7 @@ def test_eval_refuses_an_unknown_configuration(tiny_beir: Path, tmp_path: Path) 
 
 def test_the_console_script_lists_the_subcommands() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "ragbot.cli", "--help"],
+        [sys.executable, "-m", "ragbot.cli.main", "--help"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -27,14 +27,14 @@ from support.chat_fakes import FakeOpenAI
 from support.fake_wiki import FakeWiki
 from support.hash_embedder import HashEmbedder
 
-from ragbot.contextual import Contextualizer, RedisContextCache
 from ragbot.definition import parse_definition
-from ragbot.events import EventPublisher, events_key
-from ragbot.jobs import JobStore
+from ragbot.indexing.contextual import Contextualizer, RedisContextCache
 from ragbot.llms.openai_compat import OpenAICompatChatModel
+from ragbot.messaging.events import EventPublisher, events_key
+from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.reindex import batch_job_id, refresh_parent
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import SearchStore
-from ragbot.reindex import batch_job_id, refresh_parent
 from ragbot.schemas.jobs import JobKind, JobState
 from ragbot.schemas.messages import (
     DELETE_PAGE_TASK,

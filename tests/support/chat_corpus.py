@@ -16,7 +16,7 @@ from typing import Any
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.embedders import build_embedders
-from ragbot.indexing import build_stored_paragraphs
+from ragbot.indexing.embed import build_stored_paragraphs
 from ragbot.ports import Embedder
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.schemas.pages import Page

@@ -1,4 +1,4 @@
-"""The local content-API wiki (``ragbot.devserver.LocalWiki``) under its test name, with the samples default.
+"""The local content-API wiki (``ragbot.dev.servers.LocalWiki``) under its test name, samples default.
 
 ``GET /w/rest.php/cbragcontent/v0/page_id/<id>`` returns the page's record as JSON, 404 when the page
 is unknown (left scope), or whatever status a test forces with ``fail``.
@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ragbot import devserver
-from ragbot.devserver import CONTENT_PATH
-from ragbot.devserver import LocalWiki as FakeWiki
+from ragbot.dev import servers as devserver
+from ragbot.dev.servers import CONTENT_PATH
+from ragbot.dev.servers import LocalWiki as FakeWiki
 
 __all__ = ["CONTENT_PATH", "SAMPLES", "FakeWiki", "load_pages"]
 

@@ -10,12 +10,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from ragbot.errors import DependencyUnavailable, NotFound
-from ragbot.jobs import JobNotRetryable
+from ragbot.messaging.jobs import JobNotRetryable
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 
 
 class FakeJobs:
-    """Job records in a dict, with the same state rules as ragbot.jobs.JobStore (``up`` drives ping)."""
+    """Job records in a dict, with the state rules of ragbot.messaging.jobs.JobStore (``up`` drives ping)."""
 
     def __init__(self) -> None:
         self.records: dict[str, JobRecord] = {}

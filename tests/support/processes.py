@@ -1,4 +1,4 @@
-"""Start ragbot services as real child processes (the helpers live in ``ragbot.devserver``), with the
+"""Start ragbot services as real child processes (the helpers live in ``ragbot.dev.servers``), with the
 environment every test stack gives them and the clean-up of what a run left in Redis and Elasticsearch."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import httpx
 import redis
 
-from ragbot.devserver import ServiceProcess, free_port, local_service
+from ragbot.dev.servers import ServiceProcess, free_port, local_service
 
 __all__ = [
     "ServiceProcess",

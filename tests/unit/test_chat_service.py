@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from support.chat_fakes import ScriptedLLM, StaticRetriever, parse_sse
 
 from ragbot.chat.schemas import Source
-from ragbot.cli_chat import iter_sse
+from ragbot.cli.chat import iter_sse
 from ragbot.errors import ConfigurationError, ValidationFailed
 from ragbot.settings import ChatSettings
 from ragbot_chat import service

@@ -221,7 +221,7 @@ def test_every_dependency_names_a_condition_its_target_can_meet(services: dict[s
 
 
 def test_one_shot_jobs_and_profiles(services: dict[str, dict[str, Any]]) -> None:
-    assert services["es-init"]["command"] == ["python", "-m", "ragbot.stores.init"]
+    assert services["es-init"]["command"] == ["python", "-m", "ragbot.cli.store_init"]
     assert _is_one_shot(services["es-init"]) and _is_one_shot(services["ollama-pull"])
     assert services["ollama-pull"]["profiles"] == ["ollama"]
     assert services["embedder-gpu"]["profiles"] == ["gpu"]

@@ -14,9 +14,9 @@ import pytest
 from support.chat_fakes import FakeOpenAI
 from support.hash_embedder import HashEmbedder
 
-from ragbot.contextual import Contextualizer, MemoryContextCache, context_key
 from ragbot.definition import parse_definition
-from ragbot.indexing import embed_prepared, prepare_paragraphs
+from ragbot.indexing.contextual import Contextualizer, MemoryContextCache, context_key
+from ragbot.indexing.embed import embed_prepared, prepare_paragraphs
 from ragbot.llms.openai_compat import OpenAICompatChatModel
 from ragbot.ports import StoredParagraph
 from ragbot.schemas.pages import Page

@@ -12,8 +12,8 @@ from celery.exceptions import Retry
 from prometheus_client import CollectorRegistry
 
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, StoreUnavailable
-from ragbot.events import EventPublisher
-from ragbot.jobs import JobStore
+from ragbot.messaging.events import EventPublisher
+from ragbot.messaging.jobs import JobStore
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import PageWrite, SearchStore, StoredParagraph
 from ragbot.schemas.jobs import JobState

@@ -10,7 +10,7 @@ import pytest
 from fixtures.files.builders import forge_declared_size, make_docx, make_pdf, make_pptx, make_zip_bomb
 
 from ragbot.errors import ValidationFailed
-from ragbot.paragraphs import split_page
+from ragbot.indexing.paragraphs import split_page
 from ragbot.schemas.pages import Block, Page
 from ragbot.sources.detect import ZipLimits, detect_kind
 from ragbot.sources.files import fix_rtl_order, parse_upload, rtl_vote, visual_to_logical

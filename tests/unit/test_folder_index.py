@@ -18,7 +18,7 @@ from fixtures.files.builders import make_docx, make_pdf, make_pptx
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.errors import ValidationFailed
-from ragbot.folder_index import (
+from ragbot.indexing.folder import (
     FILE_PAGE_ID_BASE,
     FILE_PAGE_ID_SLOTS,
     FolderIndexReport,
@@ -299,7 +299,7 @@ async def test_a_changed_definition_re_embeds_everything(
 
 
 def test_cli_dry_run_lists_the_plan(refs: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ragbot.cli import main
+    from ragbot.cli.main import main
 
     status = main(["index", str(refs), "--dry-run", "--manifest", str(refs.parent / "m.json")])
     out = capsys.readouterr().out

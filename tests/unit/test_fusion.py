@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ragbot.fusion import (
+from ragbot.ports import SearchHit
+from ragbot.retrieval.fusion import (
     apply_relevance_threshold,
     apply_rerank,
     fuse_pages,
@@ -20,7 +21,6 @@ from ragbot.fusion import (
     rerank_cutoff,
     rrf_scores,
 )
-from ragbot.ports import SearchHit
 
 
 def hit(page: int, par: int, score: float, **source: Any) -> SearchHit:

@@ -12,7 +12,7 @@ import pytest
 
 from ragbot.definition import DocumentDefinition, load_definition, parse_definition
 from ragbot.errors import ConfigurationError
-from ragbot.indexing import build_stored_paragraphs, doc_id, effective_max_tokens
+from ragbot.indexing.embed import build_stored_paragraphs, doc_id, effective_max_tokens
 from ragbot.ports import Embedder, Vector
 from ragbot.schemas.pages import Block, Page
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ragbot.errors import ConfigurationError
-from ragbot.paragraphs import ParagraphText, split_page
+from ragbot.indexing.paragraphs import ParagraphText, split_page
 from ragbot.schemas.pages import Block, Page
 
 # All 39 crawled Kol-Zchut pages where the shared data folder is mounted, else the repository's five.

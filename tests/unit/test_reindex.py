@@ -22,15 +22,15 @@ from support.chat_fakes import serve_app
 from support.hash_embedder import HashEmbedder
 from support.ingest_fakes import FakeJobs, FakeSender
 
-from ragbot import cli
-from ragbot.cli_reindex import follow
+from ragbot.cli import main as cli
+from ragbot.cli.reindex import follow
 from ragbot.definition import parse_definition
 from ragbot.errors import RagbotError, SourceError, SourceRefused, StoreUnavailable, ValidationFailed
-from ragbot.events import EventPublisher
-from ragbot.jobs import JobStore
+from ragbot.messaging.events import EventPublisher
+from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.reindex import WikiLister, batch_job_id, combine_batches, page_from_line
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import PageWrite, SearchStore, StoredParagraph
-from ragbot.reindex import WikiLister, batch_job_id, combine_batches, page_from_line
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import INDEX_PAGES_TASK, IndexPage, IndexPages, PageRef
 from ragbot.schemas.pages import Page, PageState

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragbot.cli.store_init import main as init_main
 from ragbot.definition import parse_definition
 from ragbot.errors import StoreUnavailable, ValidationFailed
 from ragbot.ports import SearchStore, StoredParagraph
@@ -16,7 +17,6 @@ from ragbot.stores import build_store, doc_id
 from ragbot.stores.common import bm25_fields, prepare_source, validate_filters
 from ragbot.stores.elasticsearch import ElasticsearchStore
 from ragbot.stores.embedded import EmbeddedStore
-from ragbot.stores.init import main as init_main
 from ragbot.stores.mapping import index_name, index_pattern, index_template
 
 DEFINITION = parse_definition(
@@ -202,7 +202,7 @@ def test_init_prints_the_template_without_loading_models(
 
 
 async def test_init_creates_the_embedded_store(tmp_path: Path) -> None:
-    from ragbot.stores.init import init_store
+    from ragbot.cli.store_init import init_store
 
     path = tmp_path / "var" / "ragbot.sqlite3"
     await init_store(

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from fixtures.files.builders import make_docx, make_pdf, make_pptx, make_zip_bomb
 from support.ingest_fakes import FakeJobs, FakeSender
 
-from ragbot.folder_index import content_revision
+from ragbot.indexing.folder import content_revision
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobKind, JobState
 from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage

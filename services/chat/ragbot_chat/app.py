@@ -19,9 +19,9 @@ from ragbot.chat.kolzchut import ConfigStore, default_config
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
+from ragbot.http.app import create_service_app
 from ragbot.llms import LLM, build_llm
 from ragbot.prompts import PromptLibrary
-from ragbot.service_app import create_service_app
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
 from ragbot_chat import widget
 from ragbot_chat.deps import Resources

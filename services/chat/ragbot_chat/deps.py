@@ -11,9 +11,9 @@ from ragbot.chat.kolzchut import ConfigStore
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.sessions import ChatStore
+from ragbot.http.app import app_resources
 from ragbot.llms.base import LLM
 from ragbot.prompts import PromptLibrary
-from ragbot.service_app import app_resources
 from ragbot.settings import ChatSettings
 
 

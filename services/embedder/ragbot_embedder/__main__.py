@@ -17,7 +17,8 @@ from typing import Any
 
 from celery import signals
 
-from ragbot.jobs import JobStore
+from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.queue import queue_keys
 from ragbot.observability.logging import configure_logging
 from ragbot.observability.metrics import (
     RedisDepthCollector,
@@ -25,7 +26,6 @@ from ragbot.observability.metrics import (
     scrape_registry,
     start_metrics_server,
 )
-from ragbot.queue import queue_keys
 from ragbot.settings import get_observability_settings, get_redis_settings, get_worker_settings
 
 logger = logging.getLogger("ragbot_embedder")

@@ -25,20 +25,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ragbot.contextual import Contextualizer
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused
-from ragbot.events import EventPublisher
-from ragbot.indexing import (
+from ragbot.indexing.contextual import Contextualizer
+from ragbot.indexing.embed import (
     EMBED_CALL_TEXTS,
     embed_prepared,
     group_by_size,
     prepare_paragraphs,
     release_memory,
 )
-from ragbot.jobs import JobStore
+from ragbot.indexing.paragraphs import LinkTargets
+from ragbot.messaging.events import EventPublisher
+from ragbot.messaging.jobs import JobStore
 from ragbot.observability.metrics import WorkerMetrics
-from ragbot.paragraphs import LinkTargets
 from ragbot.ports import Embedder, PageSource, PageWrite, SearchStore
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import DeletePage, IndexPage, IndexPages, PageDeleted, PageIndexed, PageRef

@@ -27,9 +27,9 @@ from celery.exceptions import Retry
 from pydantic import BaseModel, ValidationError
 
 from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, SourceError
+from ragbot.messaging.queue import task_request_id
+from ragbot.messaging.reindex import refresh_parent
 from ragbot.observability.logging import request_id_scope
-from ragbot.queue import task_request_id
-from ragbot.reindex import refresh_parent
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import (
     DELETE_PAGE_TASK,

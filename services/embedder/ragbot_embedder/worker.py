@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 from celery import Celery, signals
 from redis.asyncio import Redis
 
-from ragbot.contextual import Contextualizer, RedisContextCache
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
-from ragbot.events import EventPublisher
-from ragbot.jobs import JobStore
+from ragbot.indexing.contextual import Contextualizer, RedisContextCache
+from ragbot.messaging.events import EventPublisher
+from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.queue import create_celery_app
 from ragbot.observability.metrics import mark_process_dead, worker_metrics
 from ragbot.ports import Embedder
-from ragbot.queue import create_celery_app
 from ragbot.settings import (
     ChatSettings,
     IngestSettings,

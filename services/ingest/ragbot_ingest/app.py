@@ -15,10 +15,10 @@ from redis.asyncio import Redis
 
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
-from ragbot.jobs import JobStore
+from ragbot.http.app import create_service_app
+from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.queue import TaskSender, create_celery_app
 from ragbot.ports import SearchStore
-from ragbot.queue import TaskSender, create_celery_app
-from ragbot.service_app import create_service_app
 from ragbot.settings import (
     IngestSettings,
     ModelSettings,

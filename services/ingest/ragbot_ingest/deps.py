@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.app import app_resources
+from ragbot.messaging.reindex import WikiLister
 from ragbot.ports import SearchStore
-from ragbot.reindex import WikiLister
-from ragbot.service_app import app_resources
 from ragbot.settings import IngestSettings
 from ragbot_ingest.service import CommandSender, JobRepository, UploadIds
 

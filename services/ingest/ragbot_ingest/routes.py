@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from ragbot.errors import ValidationFailed
-from ragbot.jobs import JobNotRetryable
-from ragbot.reindex import ReindexRequest
+from ragbot.messaging.jobs import JobNotRetryable
+from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service

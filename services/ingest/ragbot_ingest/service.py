@@ -15,10 +15,10 @@ from typing import IO, Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, ValidationFailed
-from ragbot.folder_index import content_revision
+from ragbot.indexing.folder import content_revision
+from ragbot.messaging.reindex import ReindexRequest, WikiLister, batch_job_id, batches, page_from_line
 from ragbot.observability.logging import get_request_id
 from ragbot.ports import SearchStore
-from ragbot.reindex import ReindexRequest, WikiLister, batch_job_id, batches, page_from_line
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import (
     DELETE_PAGE_TASK,
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 
 class JobRepository(Protocol):
-    """The job records ingest reads and writes (``ragbot.jobs.JobStore`` in production)."""
+    """The job records ingest reads and writes (``ragbot.messaging.jobs.JobStore`` in production)."""
 
     async def ping(self) -> bool:
         """True when the repository answers."""
@@ -76,7 +76,7 @@ class UploadIds(Protocol):
 
 
 class CommandSender(Protocol):
-    """Sends commands to the embedder (``ragbot.queue.TaskSender`` in production)."""
+    """Sends commands to the embedder (``ragbot.messaging.queue.TaskSender`` in production)."""
 
     async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
         """Publish one command; returns the task id."""
@@ -181,7 +181,7 @@ async def retry_job(*, job_id: str, jobs: JobRepository, sender: CommandSender) 
 
 
 async def _retry_reindex(*, record: JobRecord, jobs: JobRepository, sender: CommandSender) -> JobRecord:
-    from ragbot.jobs import JobNotRetryable
+    from ragbot.messaging.jobs import JobNotRetryable
 
     count = int(record.payload.get("batches", 0))
     children = [await jobs.get(job_id=batch_job_id(record.job_id, n)) for n in range(count)]

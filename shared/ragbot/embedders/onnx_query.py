@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbot.onnx_runtime import cpu_session, export_graph
+from ragbot.inference.onnx import cpu_session, export_graph
 from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)

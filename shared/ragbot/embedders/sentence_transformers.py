@@ -13,8 +13,8 @@ import numpy as np
 from ragbot.embedders._counting import WHITESPACE_PRE_TOKENIZERS, WordSumCounter
 from ragbot.embedders.onnx_query import OnnxQueryEncoder
 from ragbot.errors import EmbeddingError
+from ragbot.inference.precision import Precision, cast_model, resolve_precision
 from ragbot.ports import Vector
-from ragbot.precision import Precision, cast_model, resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class SentenceTransformerEmbedder:
     ``count_tokens`` counts what the model is fed for a passage: the passage prefix, the text and
     the special tokens ([CLS]/[SEP]) once, without truncation. Packing code that sums several
     pieces must subtract the fixed overhead (``count_tokens`` of an empty input's specials) so the
-    special tokens are not counted twice; ``ragbot.paragraphs`` does.
+    special tokens are not counted twice; ``ragbot.indexing.paragraphs`` does.
     """
 
     def __init__(
@@ -62,7 +62,7 @@ class SentenceTransformerEmbedder:
         self.passage_prefix = passage_prefix
         self.precision: Precision = precision
         # False for a process that embeds one query at a time (the retriever): "auto" then keeps
-        # float32 on a CPU, where bfloat16 only pays off for batches (ragbot.precision).
+        # float32 on a CPU, where bfloat16 only pays off for batches (ragbot.inference.precision).
         self.batched = batched
         # "auto": a one-query-at-a-time process on a CPU runs queries through ONNX Runtime
         # (ragbot.embedders.onnx_query), about 7 ms against torch's 12-27; "torch" never does.
@@ -107,7 +107,7 @@ class SentenceTransformerEmbedder:
 
     def warm_up(self) -> None:
         """Load the model once per process: CUDA with fp16 when present (device "auto"), else CPU
-        (bfloat16 there when the CPU has AMX and the work is batched: ``ragbot.precision``)."""
+        (bfloat16 there when the CPU has AMX and the work is batched: ``ragbot.inference.precision``)."""
         if self._model is not None:
             return
         with self._load_lock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragbot.precision import Precision
+from ragbot.inference.precision import Precision
 from ragbot.rerankers.cross_encoder import CrossEncoderReranker, Device, RerankError
 
 if TYPE_CHECKING:

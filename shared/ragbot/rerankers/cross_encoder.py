@@ -7,7 +7,7 @@ one). Scores are the model's sigmoid outputs, 0..1, so a score floor and a gap r
 A cross-encoder reads every (query, paragraph) pair whole, so its cost grows with candidates x
 tokens x layers: on two CPU cores 20 pairs of 192 tokens through 4 MiniLM layers take about half a
 second in float32. ``precision`` "auto" runs it in bfloat16 on a CPU with AMX (about 2.3x faster,
-scores correlate 0.999 with float32's: ``ragbot.precision``) and float16 on CUDA. ``quantize=True``
+scores correlate 0.999 with float32's: ``ragbot.inference.precision``) and float16 on CUDA. ``quantize=True``
 (int8 dynamic quantization of the linear layers, CPU only, wins over ``precision``) roughly halves
 float32's time; ``max_length`` caps the tokens per pair.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragbot.errors import ConfigurationError, EmbeddingError
-from ragbot.precision import Precision, cast_model, resolve_precision
+from ragbot.inference.precision import Precision, cast_model, resolve_precision
 from ragbot.rerankers.onnx import OnnxCrossEncoder
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbot.onnx_runtime import cpu_session, export_graph
+from ragbot.inference.onnx import cpu_session, export_graph
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Query embeddings are cached by the embedders themselves: composition roots wrap 
 ``ragbot.embedders.cached_queries`` (an LRU keyed by model and text).
 
 It depends only on ports (``SearchStore``, ``Embedder``, ``Reranker``) and the pure functions of
-``ragbot.fusion``; the retriever service and the kolzchut-ragbot compatibility layer both drive it.
+``ragbot.retrieval.fusion``; the retriever service and the kolzchut-ragbot compatibility layer both drive it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, Literal, TypeVar
 
 from ragbot.definition import DocumentDefinition, VectorField, is_vector_field
 from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
-from ragbot.fusion import (
+from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
+from ragbot.retrieval.fusion import (
     DEFAULT_RRF_K,
     FusedHit,
     apply_relevance_threshold,
@@ -30,7 +31,6 @@ from ragbot.fusion import (
     group_ranked,
     page_order,
 )
-from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
 from ragbot.settings import RetrieverSettings
 

@@ -1,4 +1,4 @@
-"""Prepare the configured store before anything writes: ``python -m ragbot.stores.init``.
+"""Prepare the configured store before anything writes: ``python -m ragbot.cli.store_init``.
 
 Elasticsearch: installs the ``<prefix>_*`` index template generated from the document definition
 and the models' real dimensions. Embedded: creates the SQLite file and its tables. Dimensions come
@@ -21,7 +21,7 @@ from ragbot.settings import ModelSettings, StoreSettings, get_model_settings, ge
 from ragbot.stores import build_store
 from ragbot.stores.mapping import index_template
 
-logger = logging.getLogger("ragbot.stores.init")
+logger = logging.getLogger("ragbot.cli.store_init")
 
 
 def model_dimensions(
@@ -62,7 +62,9 @@ def _parse_dimension(text: str) -> tuple[str, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit status 0 on success, 1 with a one-line reason otherwise."""
-    parser = argparse.ArgumentParser(prog="python -m ragbot.stores.init", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ragbot.cli.store_init", description=__doc__.split("\n")[0]
+    )
     parser.add_argument(
         "--dimension",
         action="append",

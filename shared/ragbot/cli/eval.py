@@ -1,6 +1,6 @@
 """The ``ragbot eval``, ``ragbot train-reranker`` and ``ragbot beir-pairs`` subcommands.
 
-``ragbot.cli`` owns the parser; ``register`` adds these subcommands to it. Settings come from the
+``ragbot.cli.main`` owns the parser; ``register`` adds these subcommands to it. Settings come from the
 usual factories (``RAGBOT_*`` variables, ``.env``); the flags override what an evaluation needs.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from ragbot.errors import RagbotError
 
-logger = logging.getLogger("ragbot.cli")
+logger = logging.getLogger("ragbot.cli.main")
 
 
 def _csv(values: Sequence[str] | None) -> list[str]:

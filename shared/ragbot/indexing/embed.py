@@ -13,7 +13,7 @@ distinct texts of all of them together per (model, field) (``embed_prepared``), 
 pages fills the model's batches as well as one long page does. ``group_by_size`` cuts a long list of pages
 into groups of at most N paragraphs, which bounds memory and the time until the first write.
 
-Contextual retrieval (``ragbot.contextual``) hands ``embed_prepared`` a context per doc id; it is
+Contextual retrieval (``ragbot.indexing.contextual``) hands ``embed_prepared`` a context per doc id; it is
 prepended to the ``content`` text that is embedded, never to the stored text.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, EmbeddingError
-from ragbot.paragraphs import LinkTargets, ParagraphText, Strategy, split_page
+from ragbot.indexing.paragraphs import LinkTargets, ParagraphText, Strategy, split_page
 from ragbot.ports import Embedder, StoredParagraph, Vector
 from ragbot.schemas.pages import Page
 from ragbot.stores import doc_id

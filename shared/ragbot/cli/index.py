@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("ragbot.cli")
+logger = logging.getLogger("ragbot.cli.main")
 
 DEFAULT_MANIFEST = Path("var/folder-index.json")
 
 
 def register(subparsers: Any) -> None:
     """Add ``index`` to the ``ragbot`` parser."""
-    from ragbot.folder_index import DEFAULT_MAX_FILE_BYTES, IGNORE_FILES
+    from ragbot.indexing.folder import DEFAULT_MAX_FILE_BYTES, IGNORE_FILES
 
     parser = subparsers.add_parser(
         "index",
@@ -50,7 +50,7 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace) -> int:
-    from ragbot.folder_index import Manifest, plan_folder_index
+    from ragbot.indexing.folder import Manifest, plan_folder_index
 
     plan = plan_folder_index(
         args.paths, manifest=Manifest.load(args.manifest), force=args.force, max_bytes=args.max_bytes
@@ -73,7 +73,7 @@ async def _index(args: argparse.Namespace) -> int:
 
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders
-    from ragbot.folder_index import index_folder
+    from ragbot.indexing.folder import index_folder
     from ragbot.settings import get_model_settings, get_store_settings, get_worker_settings
     from ragbot.stores import build_store
 

@@ -16,12 +16,15 @@ from collections.abc import Sequence
 
 from ragbot.errors import RagbotError
 
-logger = logging.getLogger("ragbot.cli")
+logger = logging.getLogger("ragbot.cli.main")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ragbot`` parser with every subcommand."""
-    from ragbot import cli_chat, cli_eval, cli_index, cli_reindex
+    from ragbot.cli import chat as cli_chat
+    from ragbot.cli import eval as cli_eval
+    from ragbot.cli import index as cli_index
+    from ragbot.cli import reindex as cli_reindex
 
     parser = argparse.ArgumentParser(prog="ragbot", description="ragbot command-line tools")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")

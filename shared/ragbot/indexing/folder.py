@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, ValidationFailed
-from ragbot.indexing import build_pages_paragraphs
+from ragbot.indexing.embed import build_pages_paragraphs
 from ragbot.ports import Embedder, SearchStore
 from ragbot.schemas.pages import Page
 from ragbot.sources.detect import SUPPORTED_EXTENSIONS
@@ -359,7 +359,7 @@ async def index_folder(
         done += 1
         if progress is not None:
             progress(done, total, key)
-    # Files are embedded a group at a time (shared batches across files, ragbot.indexing), written
+    # Files are embedded a group at a time (shared batches across files, ragbot.indexing.embed), written
     # and recorded in the manifest file by file.
     for group in _groups(plan.to_index):
         built = await asyncio.to_thread(

@@ -1,6 +1,6 @@
 """Contextual retrieval: an LLM writes one or two sentences situating each paragraph in its page.
 
-The context is prepended to the paragraph's text before it is embedded (``ragbot.indexing``), so a
+The context is prepended to the paragraph's text before it is embedded (``ragbot.indexing.embed``), so a
 paragraph that says "the allowance is paid monthly" is found by a question about the page's subject
 even when the paragraph never names it. The stored text is unchanged; the context is not shown to
 the chat LLM.

@@ -39,7 +39,7 @@ import httpx
 from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.errors import NotFound, SourceError, SourceRefused, ValidationFailed
-from ragbot.jobs import JobStore
+from ragbot.messaging.jobs import JobStore
 from ragbot.schemas.jobs import JobRecord, JobState
 from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page

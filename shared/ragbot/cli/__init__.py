@@ -1,0 +1,1 @@
+"""The ``ragbot`` command line: one module per subcommand, ``main`` in ``ragbot.cli.main.main``."""

@@ -1,0 +1,1 @@
+"""Local development servers used by ``make run`` and the e2e tests."""

@@ -1,0 +1,1 @@
+"""What every HTTP service shares: the app factory with its lifespan and readiness."""

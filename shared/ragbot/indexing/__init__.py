@@ -1,0 +1,1 @@
+"""Indexing: from a page to stored paragraphs (split, contextual text, embed, write)."""
