@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragbot.definition import parse_definition
+from ragbot.indexing.pipeline import write_page
 from ragbot.ports import StoredParagraph
 from ragbot.stores import doc_id
 from ragbot.stores.embedded import EmbeddedStore
@@ -140,7 +141,7 @@ async def run(paragraphs: int, path: Path) -> dict[str, Any]:
     }
     started = time.perf_counter()
     for pid in range(1, pages + 1):
-        await store.replace_page(page_id=pid, revision_id=1, paragraphs=corpus.page(pid, 1))
+        await write_page(store, pid, 1, corpus.page(pid, 1))
     results["load_s"] = round(time.perf_counter() - started, 1)
     assert await store.count() == pages * PER_PAGE
 
@@ -196,7 +197,7 @@ async def run(paragraphs: int, path: Path) -> dict[str, Any]:
             pid = int(corpus.rng.integers(1, pages + 1))
             page = corpus.page(pid, revision)
             started = time.perf_counter()
-            await writer.replace_page(page_id=pid, revision_id=revision, paragraphs=page)
+            await write_page(writer, pid, revision, page)
             replace_ms[sync].append((time.perf_counter() - started) * 1000)
     for sync, ms in replace_ms.items():
         results[f"replace_page_{PER_PAGE}p_sync_{sync.lower()}"] = summary(ms)
@@ -211,9 +212,7 @@ async def run(paragraphs: int, path: Path) -> dict[str, Any]:
         for kind in ("bm25", "knn"):
             revision += 1
             pid = int(corpus.rng.integers(1, pages + 1))
-            await writer.replace_page(
-                page_id=pid, revision_id=revision, paragraphs=corpus.page(pid, revision)
-            )
+            await write_page(writer, pid, revision, corpus.page(pid, revision))
             query_text, query_vector = nxt(mixed), nxt(list(qvecs))
             for key in (kind, f"{kind}_again"):
                 started = time.perf_counter()

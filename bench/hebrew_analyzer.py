@@ -20,6 +20,7 @@ from typing import Any
 
 import ragbot.stores.common as common
 from ragbot.definition import parse_definition
+from ragbot.indexing.pipeline import write_page
 from ragbot.ports import StoredParagraph
 from ragbot.stores import doc_id
 from ragbot.stores.embedded import EmbeddedStore
@@ -67,11 +68,7 @@ async def evaluate(
             await store.ensure_ready()
             for i, doc in enumerate(corpus, start=1):
                 fields_ = {"title": doc.get("title", ""), "content": doc["text"], "corpus_id": doc["_id"]}
-                await store.replace_page(
-                    page_id=i,
-                    revision_id=1,
-                    paragraphs=[StoredParagraph(doc_id(i, 1, 0), i, 1, 0, fields_)],
-                )
+                await write_page(store, i, 1, [StoredParagraph(doc_id(i, 1, 0), i, 1, 0, fields_)])
             totals = [0.0, 0.0, 0.0]
             started = time.perf_counter()
             evaluated = [q for q in qrels if q in queries]

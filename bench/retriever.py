@@ -48,6 +48,7 @@ import numpy as np
 from ragbot.definition import DocumentDefinition, load_definition, parse_definition
 from ragbot.embedders import build_embedders
 from ragbot.evaluation import EvalConfig, VectorCache, evaluate, latency_summary, load_beir
+from ragbot.indexing.pipeline import write_page
 from ragbot.ports import Embedder, Reranker, SearchStore, StoredParagraph
 from ragbot.rerankers import configured_reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
@@ -169,7 +170,7 @@ async def fill(
     texts: Sequence[str],
     vectors: dict[str, Matrix],
 ) -> float:
-    """Write 20-paragraph pages with the synthetic vectors through ``replace_page``; returns seconds."""
+    """Write 20-paragraph pages with synthetic vectors (the pipeline's write stage); returns seconds."""
     fields = [v.name for v in definition.vector_fields]
     pages = len(texts) // PER_PAGE
     started = time.perf_counter()
@@ -190,7 +191,7 @@ async def fill(
             for i in range(PER_PAGE)
         ]
         async with gate:
-            await store.replace_page(page_id=page, revision_id=1, paragraphs=paragraphs)
+            await write_page(store, page, 1, paragraphs)
 
     for start in range(1, pages + 1, 200):
         await asyncio.gather(*(write(p) for p in range(start, min(start + 200, pages + 1))))

@@ -29,6 +29,7 @@ from support.hash_embedder import HashEmbedder
 
 from ragbot.definition import parse_definition
 from ragbot.indexing.contextual import Contextualizer, RedisContextCache
+from ragbot.indexing.folder import Manifest, index_folder, plan_folder_index
 from ragbot.llms.openai_compat import OpenAICompatChatModel
 from ragbot.messaging.events import EventPublisher, events_key
 from ragbot.messaging.jobs import JobStore
@@ -359,3 +360,56 @@ def test_contexts_are_cached_in_redis_so_an_edit_pays_only_for_what_changed(worl
         world.run(llm.close())
     hits = world.run(world.store.page_paragraphs(page_id=40))
     assert all("Situated" not in h.source["content"] for h in hits)
+
+
+def test_the_worker_and_ragbot_index_store_the_same_paragraphs(world: World, tmp_path: Path) -> None:
+    """One pipeline: a file indexed by ``ragbot index`` and the same page through the worker's task
+    give the same paragraph ids and stored fields (link targets handled alike, same split)."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    body = "\n\n".join(
+        f"## Part {n}\n\nSee [the rules](https://wiki.example/rules_{n}) for part {n} a b c d e f."
+        for n in range(6)
+    )
+    (folder / "guide.md").write_text(f"# Guide\n\n{body}\n", encoding="utf-8")
+    [page] = plan_folder_index([folder], manifest=Manifest()).to_index
+
+    folder_store = build_store(
+        settings=StoreSettings(backend="embedded", embedded_path=tmp_path / "folder.sqlite3"),
+        definition=DEFINITION,
+        dimensions=DIMENSIONS,
+    )
+
+    async def by_ragbot_index() -> list[tuple[str, dict[str, Any]]]:
+        await folder_store.ensure_ready()
+        try:
+            await index_folder(
+                [folder],
+                store=folder_store,
+                definition=DEFINITION,
+                embedders={MODEL: HashEmbedder(MODEL, max_tokens=12)},
+                manifest_path=tmp_path / "manifest.json",
+                max_tokens=512,
+            )
+            return _comparable(await folder_store.page_paragraphs(page_id=page.page_id))
+        finally:
+            await folder_store.close()
+
+    from_folder = world.run(by_ragbot_index())
+    job_id = uuid.uuid4().hex
+    command = IndexPage(job_id=job_id, page_id=page.page_id, revision_id=page.revision_id, page=page)
+    world.run(
+        world.jobs.create(kind=JobKind.index_page, payload=command.model_dump(mode="json"), job_id=job_id)
+    )
+    assert world.task(INDEX_PAGE_TASK, IndexPage, service.index_page, command) == "done"
+    from_worker = _comparable(world.run(world.store.page_paragraphs(page_id=page.page_id)))
+
+    assert len(from_folder) > 3
+    assert [doc_id for doc_id, _ in from_worker] == [doc_id for doc_id, _ in from_folder]
+    assert from_worker == from_folder
+    assert all("https://wiki.example" not in fields["content"] for _, fields in from_worker)
+
+
+def _comparable(hits: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Doc ids and stored fields, without the write time."""
+    return [(h.doc_id, {k: v for k, v in h.source.items() if k != "last_update"}) for h in hits]

@@ -314,7 +314,7 @@ def test_every_kolzchut_page_splits_within_budget_without_losing_words() -> None
     dense = [words, third]  # a word counter and a dense one, as with Hebrew
     total = 0
     for p in pages:
-        result = split(p, counters=dense, max_tokens=256)
+        result = split(p, counters=dense, max_tokens=256, link_targets="keep")  # every word, as sent
         total += len(result)
         assert result, p.page_id
         assert all(max(c(q.text) for c in dense) <= 256 for q in result)
@@ -349,9 +349,10 @@ def test_a_five_megabyte_page_splits_in_seconds() -> None:
 # --- link targets -------------------------------------------------------------------------------
 
 
-def test_link_targets_are_kept_by_default_and_can_be_dropped() -> None:
+def test_link_targets_are_dropped_by_default_and_can_be_kept() -> None:
     content = 'See [the law](/he/%D7%97_\\(x\\) "title") and ![chart](a.png) here.'
-    assert split(page(content))[0].text == content
+    assert split(page(content), link_targets="keep")[0].text == content
+    assert split(page(content))[0].text == "See the law and chart here."
     assert split(page(content), link_targets="drop")[0].text == "See the law and chart here."
     blocks = [Block(text="[a](https://x.example/a) b", location="page 1")]
     assert split(page(blocks=blocks), link_targets="drop")[0].text == "a b"
@@ -364,6 +365,6 @@ def test_dropping_link_targets_halves_the_kolzchut_paragraphs_at_a_dense_budget(
         return len(text) * 2 // 3
 
     pages = load_pages()
-    kept = sum(len(split(p, counters=[dense], max_tokens=256)) for p in pages)
+    kept = sum(len(split(p, counters=[dense], max_tokens=256, link_targets="keep")) for p in pages)
     dropped = sum(len(split(p, counters=[dense], max_tokens=256, link_targets="drop")) for p in pages)
     assert dropped < 0.75 * kept

@@ -9,18 +9,16 @@ files and folder files carry a hash of their content as revision (``UNORDERED_SO
 same revision is a no-op and any other revision replaces the page (the last upload wins).
 
 Batching: ``index_page`` handles one ping (the freshness path: nothing waits for company).
-``index_pages`` handles a batch of pages that arrived together (a bulk reindex): every page is split
-first, the batch's paragraphs are embedded in shared calls of at most ``batch_max_paragraphs`` per
-(model, field), then each group of pages is written with one ``replace_pages`` (atomic per page, one
-round of store requests per group). A page that fails is counted and reported; the rest of the batch
-is still written.
+``index_pages`` handles a batch of pages that arrived together (a bulk reindex). Both hand their
+pages to the one indexing pipeline (``ragbot.indexing.pipeline``: split, contextual text, shared
+embedding batches, ``replace_pages``), with hooks for the worker's metrics and events. A page that
+fails is counted and reported; the rest of the batch is still written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,18 +26,12 @@ from datetime import UTC, datetime
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused
 from ragbot.indexing.contextual import Contextualizer
-from ragbot.indexing.embed import (
-    EMBED_CALL_TEXTS,
-    embed_prepared,
-    group_by_size,
-    prepare_paragraphs,
-    release_memory,
-)
-from ragbot.indexing.paragraphs import LinkTargets
+from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, LinkTargets
+from ragbot.indexing.pipeline import DEFAULT_BATCH_PARAGRAPHS, IndexingHooks, IndexingPipeline, SplitOptions
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.observability.metrics import WorkerMetrics
-from ragbot.ports import Embedder, PageSource, PageWrite, SearchStore
+from ragbot.ports import Embedder, PageSource, SearchStore
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import DeletePage, IndexPage, IndexPages, PageDeleted, PageIndexed, PageRef
 from ragbot.schemas.pages import Page, PageState
@@ -59,11 +51,22 @@ class IndexingContext:
     events: EventPublisher
     metrics: WorkerMetrics
     max_tokens: int
-    link_targets: LinkTargets = "drop"
-    batch_max_paragraphs: int = 512
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS
+    batch_max_paragraphs: int = DEFAULT_BATCH_PARAGRAPHS
     fetch_concurrency: int = 4
     contextualizer: Contextualizer | None = None
     store_ready: bool = field(default=False)
+
+    @property
+    def pipeline(self) -> IndexingPipeline:
+        """The indexing pipeline these adapters and options make (cheap: built per command)."""
+        return IndexingPipeline(
+            definition=self.definition,
+            embedders=self.embedders,
+            split=SplitOptions(max_tokens=self.max_tokens, link_targets=self.link_targets),
+            contextualizer=self.contextualizer,
+            batch_max_paragraphs=self.batch_max_paragraphs,
+        )
 
     async def ready_store(self) -> SearchStore:
         """The store, its indices/tables created on first use (retried like any store error)."""
@@ -151,72 +154,22 @@ async def write_pages(
     job_id: str | None,
     failed: dict[int, Exception] | None = None,
 ) -> list[int]:
-    """Split, (contextualise), embed in shared batches and write pages; paragraphs per page.
+    """Run pages through the indexing pipeline; each written page is counted and announced."""
+    return await ctx.pipeline.index(pages, store=store, hooks=_WorkerHooks(ctx, job_id), failed=failed)
 
-    Pages are written group by group (at most ``batch_max_paragraphs`` paragraphs embedded per
-    call), one ``replace_pages`` per group, so a long batch becomes searchable progressively and its
-    memory stays bounded. A group's write runs while the next group is embedded (in a thread), so
-    the store's round trips overlap the model's work. A page the store refuses goes into ``failed``
-    when given; without it, the first refusal is raised once every group is written. A store that is
-    down (``DependencyUnavailable``, for the request or a page) raises at once.
-    """
-    started = time.perf_counter()
-    prepared = [
-        prepare_paragraphs(
-            page,
-            definition=ctx.definition,
-            embedders=ctx.embedders,
-            max_tokens=ctx.max_tokens,
-            link_targets=ctx.link_targets,
-        )
-        for page in pages
-    ]
-    counts = [len(p) for p in prepared]
-    refused: dict[int, Exception] = {}
 
-    async def write(group: Sequence[int]) -> None:
-        writes = [PageWrite(pages[i].page_id, pages[i].revision_id, prepared[i]) for i in group]
-        errors = await store.replace_pages(writes)
-        for i in group:
-            prepared[i] = []  # the vectors are written (or refused): let them go
-            if pages[i].page_id not in errors:
-                await _indexed(ctx=ctx, page=pages[i], paragraphs=counts[i], job_id=job_id)
-        down = [e for e in errors.values() if isinstance(e, DependencyUnavailable)]
-        if down:
-            raise down[0]
-        refused.update(errors)
+class _WorkerHooks(IndexingHooks):
+    """The worker's part after each pipeline stage: metrics, and a ``page.indexed`` event."""
 
-    writing: asyncio.Task[None] | None = None
-    try:
-        for group in group_by_size(counts, max_items=ctx.batch_max_paragraphs):
-            contexts: dict[str, str] = {}
-            if ctx.contextualizer is not None:
-                for i in group:
-                    contexts.update(await ctx.contextualizer.contexts(pages[i], prepared[i]))
-            await asyncio.to_thread(
-                embed_prepared,
-                [prepared[i] for i in group],
-                definition=ctx.definition,
-                embedders=ctx.embedders,
-                contexts=contexts,
-            )
-            ctx.metrics.build_seconds.observe(time.perf_counter() - started)  # split (first) + embed
-            started = time.perf_counter()
-            if writing is not None:
-                await writing
-            writing = asyncio.create_task(write(group))
-        if writing is not None:
-            await writing
-    finally:
-        if writing is not None and not writing.done():  # an embedding failed: let the write end
-            await asyncio.gather(writing, return_exceptions=True)
-    if sum(counts) > EMBED_CALL_TEXTS:
-        release_memory()  # a long page or batch: hand its buffers back before the next task
-    if failed is not None:
-        failed.update(refused)
-    elif refused:
-        raise next(iter(refused.values()))
-    return counts
+    def __init__(self, ctx: IndexingContext, job_id: str | None) -> None:
+        self.ctx = ctx
+        self.job_id = job_id
+
+    def embedded(self, seconds: float) -> None:
+        self.ctx.metrics.build_seconds.observe(seconds)  # split (first group) + embed
+
+    async def written(self, page: Page, paragraphs: int) -> None:
+        await _indexed(ctx=self.ctx, page=page, paragraphs=paragraphs, job_id=self.job_id)
 
 
 async def _indexed(*, ctx: IndexingContext, page: Page, paragraphs: int, job_id: str | None) -> None:

@@ -102,6 +102,7 @@ async def _index(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
         bar.set_postfix_str(key[-48:], refresh=True)
 
+    worker_settings = get_worker_settings()
     try:
         await store.ensure_ready()
         report = await index_folder(
@@ -111,7 +112,8 @@ async def _index(args: argparse.Namespace) -> int:
             embedders=embedders,
             manifest_path=args.manifest,
             progress=progress,
-            max_tokens=args.paragraph_tokens or get_worker_settings().paragraph_tokens,
+            max_tokens=args.paragraph_tokens or worker_settings.paragraph_tokens,
+            link_targets=worker_settings.link_targets,  # what the worker stores, stored here too
             max_bytes=args.max_bytes,
             force=args.force,
         )

@@ -1,4 +1,6 @@
-"""From a page to the paragraphs a store writes: split once, fill the saved fields, embed in batches.
+"""The pipeline's split and embed stages: a page's paragraphs with their fields, and their vectors.
+
+``ragbot.indexing.pipeline`` runs these stages and writes the result; nothing else writes to a store.
 
 Every (model, field) pair of the definition is embedded over the page's distinct texts for that
 field: ``content`` differs per paragraph, page-level fields such as ``title`` are the same text in
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +31,7 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, EmbeddingError
-from ragbot.indexing.paragraphs import LinkTargets, ParagraphText, Strategy, split_page
+from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, LinkTargets, ParagraphText, Strategy, split_page
 from ragbot.ports import Embedder, StoredParagraph, Vector
 from ragbot.schemas.pages import Page
 from ragbot.stores import doc_id
@@ -69,7 +71,7 @@ def build_stored_paragraphs(
     embedders: Mapping[str, Embedder],
     max_tokens: int,
     strategy: Strategy = "structure",
-    link_targets: LinkTargets = "keep",
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     now: datetime | None = None,
     contexts: Mapping[str, str] | None = None,
 ) -> list[StoredParagraph]:
@@ -94,7 +96,7 @@ def build_pages_paragraphs(
     embedders: Mapping[str, Embedder],
     max_tokens: int,
     strategy: Strategy = "structure",
-    link_targets: LinkTargets = "keep",
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     now: datetime | None = None,
     contexts: Mapping[str, str] | None = None,
 ) -> list[list[StoredParagraph]]:
@@ -122,7 +124,7 @@ def prepare_paragraphs(
     embedders: Mapping[str, Embedder],
     max_tokens: int,
     strategy: Strategy = "structure",
-    link_targets: LinkTargets = "keep",
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     now: datetime | None = None,
 ) -> list[StoredParagraph]:
     """The page split into paragraphs with their saved and core fields, not yet embedded."""
@@ -157,12 +159,20 @@ def embed_prepared(
     definition: DocumentDefinition,
     embedders: Mapping[str, Embedder],
     contexts: Mapping[str, str] | None = None,
+    select: Callable[[StoredParagraph], Collection[str] | None] | None = None,
 ) -> None:
-    """Fill the vectors of every paragraph of every group: one embedding call per (model, field)."""
-    stored = [sp for group in groups for sp in group]
-    if not stored:
+    """Fill the vectors of every paragraph of every group: one embedding call per (model, field).
+
+    ``select`` (default: all) names the vector fields to embed for a paragraph; the others keep the
+    vectors the caller set (the kolzchut-ragbot drop-in re-embeds only the fields it was asked to).
+    """
+    chosen = [(sp, None if select is None else select(sp)) for group in groups for sp in group]
+    if not chosen:
         return
     for vector_field in definition.vector_fields:
+        stored = [sp for sp, names in chosen if names is None or vector_field.name in names]
+        if not stored:
+            continue
         texts = [_as_text(sp.fields.get(vector_field.field)) for sp in stored]
         if contexts and vector_field.field == CONTEXT_FIELD:
             texts = [

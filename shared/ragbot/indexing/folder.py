@@ -27,7 +27,6 @@ and revision, and is saved after every file, so an interrupted run loses nothing
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -43,7 +42,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, ValidationFailed
-from ragbot.indexing.embed import build_pages_paragraphs
+from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, DEFAULT_PARAGRAPH_TOKENS, LinkTargets
+from ragbot.indexing.pipeline import IndexingHooks, IndexingPipeline, SplitOptions
 from ragbot.ports import Embedder, SearchStore
 from ragbot.schemas.pages import Page
 from ragbot.sources.detect import SUPPORTED_EXTENSIONS
@@ -316,10 +316,12 @@ def plan_folder_index(
     return plan
 
 
-def definition_fingerprint(definition: DocumentDefinition, *, max_tokens: int) -> str:
-    """What the vectors depend on besides the file: the vector fields and the paragraph budget."""
+def definition_fingerprint(
+    definition: DocumentDefinition, *, max_tokens: int, link_targets: LinkTargets = DEFAULT_LINK_TARGETS
+) -> str:
+    """What the paragraphs depend on besides the file: the vector fields and the split options."""
     names = sorted(v.name for v in definition.vector_fields)
-    raw = json.dumps({"vectors": names, "max_tokens": max_tokens}, sort_keys=True)
+    raw = json.dumps({"vectors": names, "max_tokens": max_tokens, "links": link_targets}, sort_keys=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -331,14 +333,15 @@ async def index_folder(
     embedders: Mapping[str, Embedder],
     manifest_path: Path,
     progress: Progress | None = None,
-    max_tokens: int = 512,
+    max_tokens: int = DEFAULT_PARAGRAPH_TOKENS,
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     force: bool = False,
     verify: bool = True,
 ) -> FolderIndexReport:
     """Bring the store in line with the files: index new and changed ones, delete the ones gone."""
     manifest = Manifest.load(manifest_path)
-    fingerprint = definition_fingerprint(definition, max_tokens=max_tokens)
+    fingerprint = definition_fingerprint(definition, max_tokens=max_tokens, link_targets=link_targets)
     if manifest.files and manifest.fingerprint != fingerprint:
         logger.info("the definition or paragraph budget changed since the last run: re-embedding all files")
         force = True
@@ -359,29 +362,57 @@ async def index_folder(
         done += 1
         if progress is not None:
             progress(done, total, key)
-    # Files are embedded a group at a time (shared batches across files, ragbot.indexing.embed), written
-    # and recorded in the manifest file by file.
+    # Files go through the indexing pipeline a group at a time (shared embedding batches across
+    # files); each written file is recorded in the manifest file at once (``_ManifestHooks``).
+    pipeline = IndexingPipeline(
+        definition=definition,
+        embedders=embedders,
+        split=SplitOptions(max_tokens=max_tokens, link_targets=link_targets),
+    )
+    hooks = _ManifestHooks(
+        manifest=manifest,
+        manifest_path=manifest_path,
+        plan=plan,
+        report=report,
+        progress=progress,
+        done=done,
+        total=total,
+    )
     for group in _groups(plan.to_index):
-        built = await asyncio.to_thread(
-            build_pages_paragraphs, group, definition=definition, embedders=embedders, max_tokens=max_tokens
-        )
-        for page, paragraphs in zip(group, built, strict=True):
-            key = page.url or ""
-            await store.replace_page(
-                page_id=page.page_id, revision_id=page.revision_id, paragraphs=paragraphs
-            )
-            manifest.files[key] = plan.entries[key].model_copy(
-                update={"paragraphs": len(paragraphs), "indexed_at": datetime.now(UTC)}
-            )
-            manifest.save(manifest_path)
-            report.indexed.append(key)
-            report.paragraphs += len(paragraphs)
-            done += 1
-            if progress is not None:
-                progress(done, total, key)
+        await pipeline.index(group, store=store, hooks=hooks)
     if not plan.deleted_keys and not plan.to_index:
         manifest.save(manifest_path)
     return report
+
+
+class _ManifestHooks(IndexingHooks):
+    """After each file is written: its manifest entry (saved at once), the report and progress."""
+
+    def __init__(
+        self,
+        *,
+        manifest: Manifest,
+        manifest_path: Path,
+        plan: FolderPlan,
+        report: FolderIndexReport,
+        progress: Progress | None,
+        done: int,
+        total: int,
+    ) -> None:
+        self.manifest, self.manifest_path, self.plan, self.report = manifest, manifest_path, plan, report
+        self.progress, self.done, self.total = progress, done, total
+
+    async def written(self, page: Page, paragraphs: int) -> None:
+        key = page.url or ""
+        self.manifest.files[key] = self.plan.entries[key].model_copy(
+            update={"paragraphs": paragraphs, "indexed_at": datetime.now(UTC)}
+        )
+        self.manifest.save(self.manifest_path)
+        self.report.indexed.append(key)
+        self.report.paragraphs += paragraphs
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, key)
 
 
 _GROUP_PAGES = 32

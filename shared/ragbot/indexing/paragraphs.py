@@ -16,10 +16,10 @@ Two strategies:
 
 The heading path ("H2 > H3") is returned beside the text, never inside it.
 
-``link_targets="drop"`` keeps a markdown link's text and drops its target (``[text](url)`` becomes
-``text``). Off by default (the text is stored as the wiki sent it), but worth knowing: link targets
-are 45% of the characters of the Kol-Zchut pages, URL-encoded Hebrew costs about one token per
-1.5 characters, and dropping them halves the paragraph count at a 256-token budget.
+``link_targets="drop"`` (the default) keeps a markdown link's text and drops its target (``[text](url)``
+becomes ``text``): link targets are 45% of the characters of the Kol-Zchut pages, URL-encoded Hebrew
+costs about one token per 1.5 characters, and dropping them halves the paragraph count at a 256-token
+budget. ``keep`` stores the text as the wiki sent it.
 
 Token counting: a counter returns what its model is fed for a text, special tokens and prefix
 included. Each counter's fixed overhead is measured once, as ``2*c("a") - c("a a")``, and summed
@@ -41,6 +41,9 @@ TokenCounter = Callable[[str], int]
 Strategy = Literal["structure", "window"]
 LinkTargets = Literal["keep", "drop"]
 STRATEGIES: tuple[str, ...] = ("structure", "window")
+# The defaults every indexing path shares (``ragbot.indexing.pipeline.SplitOptions``).
+DEFAULT_LINK_TARGETS: LinkTargets = "drop"
+DEFAULT_PARAGRAPH_TOKENS = 512
 
 # No paragraph longer than this many characters per token of budget: a guard against text that a
 # tokenizer maps to a handful of [UNK] tokens (a megabyte without spaces is one "word" to BERT).
@@ -75,7 +78,7 @@ def split_page(
     strategy: Strategy = "structure",
     window_words: int = 200,
     window_overlap: int = 40,
-    link_targets: LinkTargets = "keep",
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
 ) -> list[ParagraphText]:
     """Paragraphs of a page, each within ``max_tokens`` for every counter, in reading order."""
     budget = _Budget(token_counters, max_tokens)

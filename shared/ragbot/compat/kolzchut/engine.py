@@ -1,38 +1,20 @@
-"""A drop-in for kolzchut-ragbot's library API: consumers switch by changing an import.
-
-    # before
-    from kolzchut_ragbot.engine import engine_factory
-    # after
-    from ragbot.compat.kolzchut import engine_factory
-
-Same calls, same return shapes (``retrieve_documents`` -> ``(top_k_documents, all_docs_and_scores,
-retrieval_time)``), same default semantics (dense search per model, page-level RRF with k = number of
-pages asked, ``paragraphs_per_page`` trimming, ``paragraph_relevance_threshold`` on the cosine + 1
-scale), without the seed's flaws: nothing loads at import, the factory builds lazily and never
-ignores new arguments, tests can build engines freely. Every difference is listed in
-``docs/migrating-from-kolzchut-ragbot.md``.
-
-The API is synchronous, like the seed's. The async engine and store run on a private event-loop
-thread owned by each ``Engine`` (``Engine.close()`` stops it), so the API may be called from plain
-code, from worker threads, or from ``asyncio.to_thread`` inside an async app.
-"""
+"""kolzchut-ragbot's ``Engine``: retrieve, search and update paragraphs, with resources built lazily."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
+from ragbot.compat.kolzchut.loop import LoopThread
+from ragbot.compat.kolzchut.writes import update_page
 from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.errors import ValidationFailed
-from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore, StoredParagraph, Vector
+from ragbot.indexing.pipeline import IndexingPipeline
+from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore
 from ragbot.retrieval.engine import (
     BM25_BRANCH,
     Branch,
@@ -53,14 +35,7 @@ from ragbot.settings import (
     get_store_settings,
 )
 
-__all__ = [
-    "Engine",
-    "Model",
-    "clear_engine_cache",
-    "engine_factory",
-    "es_client_factory",
-    "strip_vector_fields",
-]
+__all__ = ["Engine", "strip_vector_fields"]
 
 logger = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -76,44 +51,6 @@ def strip_vector_fields(source: Mapping[str, Any]) -> dict[str, Any]:
 def _warm_up(embedders: Iterable[Embedder]) -> None:
     for embedder in embedders:
         embedder.warm_up()
-
-
-class _LoopThread:
-    """One event loop on a daemon thread; sync callers submit coroutines and wait for them."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _start(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-            return self._loop
-
-    def run(self, coro: Coroutine[Any, Any, R]) -> R:
-        """Run ``coro`` on the private loop and return its result (re-raising its error)."""
-        loop = self._start()
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("the kolzchut compat Engine must not be called from its own loop thread")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def stop(self) -> None:
-        """Stop the loop and join the thread (idempotent)."""
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
 
 
 def _es_url(es_client: Any) -> str:
@@ -175,7 +112,7 @@ class Engine:
         self._engine: RetrievalEngine | None = None
         self._owns_store = store is None
         self._owns_embedders = embedders is None
-        self._loop = _LoopThread(f"ragbot-compat-{id(self):x}")
+        self._loop = LoopThread(f"ragbot-compat-{id(self):x}")
         self._build_lock: asyncio.Lock | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -370,147 +307,17 @@ class Engine:
         return pages.pop()
 
     async def _update(
-        self,
-        page_id: int,
-        docs: Sequence[Mapping[str, Any]],
-        wanted: set[str] | None,
-        delete_existing: bool,
+        self, page_id: int, docs: Sequence[Mapping[str, Any]], wanted: set[str] | None, delete_existing: bool
     ) -> None:
-        """Embed, then replace the page in one store operation (old copy or new, never a gap).
-
-        ``delete_existing=False`` appends, as the seed did: the page's indexed paragraphs are read
-        back, re-embedded (the store never returns vectors) and written again with the new ones
-        numbered after them. A ``revision_id`` or ``paragraph`` key on the documents is used for
-        the ids; otherwise the indexed revision is kept (0 for a new page).
-        """
+        """Write one page's documents through the indexing pipeline (``ragbot.compat.kolzchut.writes``)."""
         await self._ensure()
-        store = self._store
-        assert store is not None
-        state = await store.page_state(page_id=page_id)
-        given = docs[0].get("revision_id")
-        revision_id = int(given) if given is not None else (state.revision_id if state else 0)
-        kept: list[tuple[int, Mapping[str, Any]]] = []
-        if not delete_existing and state is not None:
-            for hit in await store.page_paragraphs(page_id=page_id):
-                kept.append((int(hit.source.get("paragraph", len(kept))), hit.source))
-        first = max((n for n, _ in kept), default=-1) + 1
-        new = [(int(doc.get("paragraph", first + i)), doc) for i, doc in enumerate(docs)]
-        rows = kept + new
-        vectors = await self._embed_rows([doc for _, doc in kept], None) + await self._embed_rows(
-            [doc for _, doc in new], wanted
+        assert self._store is not None and self._embedders is not None
+        pipeline = IndexingPipeline(definition=self.definition, embedders=self._embedders)
+        await update_page(
+            store=self._store,
+            pipeline=pipeline,
+            page_id=page_id,
+            docs=docs,
+            wanted=wanted,
+            delete_existing=delete_existing,
         )
-        now = datetime.now(UTC).isoformat()
-        paragraphs = []
-        for (number, doc), vecs in zip(rows, vectors, strict=True):
-            fields = {k: v for k, v in _strip(doc).items() if k not in _IDS}
-            fields.setdefault("last_update", now)
-            paragraphs.append(
-                StoredParagraph(
-                    doc_id=f"{page_id}-{revision_id}-{number}",
-                    page_id=page_id,
-                    revision_id=revision_id,
-                    paragraph=number,
-                    fields=fields,
-                    vectors=vecs,
-                )
-            )
-        await store.replace_page(page_id=page_id, revision_id=revision_id, paragraphs=paragraphs)
-
-    async def _embed_rows(
-        self, docs: Sequence[Mapping[str, Any]], wanted: set[str] | None
-    ) -> list[dict[str, Vector]]:
-        """Vectors per document: fields in ``wanted`` (None: all) are embedded, given vectors kept."""
-        embedders = self._embedders
-        assert embedders is not None
-        vectors: list[dict[str, Vector]] = [{} for _ in docs]
-        for vf in self.definition.vector_fields:
-            if wanted is None or vf.field in wanted:
-                rows = [
-                    i for i, doc in enumerate(docs) if isinstance(doc.get(vf.field), str) and doc[vf.field]
-                ]
-                if rows:
-                    texts = [str(docs[i][vf.field]) for i in rows]
-                    matrix = await asyncio.to_thread(embedders[vf.model].embed_passages, texts)
-                    for i, row in zip(rows, matrix, strict=True):
-                        vectors[i][vf.name] = row
-            for i, doc in enumerate(docs):  # vectors the caller computed are kept, as the seed kept them
-                if vf.name not in vectors[i] and doc.get(vf.name) is not None:
-                    vectors[i][vf.name] = np.asarray(doc[vf.name], dtype=np.float32)
-        return vectors
-
-
-class Model:
-    """kolzchut-ragbot's low-level ``Model``: writes documents that already carry their vectors.
-
-    It writes through the engine ``engine_factory`` holds for the same ``es_client`` (found when it
-    is first used, so calling ``es_client_factory`` before ``engine_factory`` shares one engine).
-    """
-
-    def __init__(self, es_client: Any = None, engine: Engine | None = None) -> None:
-        self.es_client = es_client
-        self._engine = engine
-
-    @property
-    def engine(self) -> Engine:
-        """The engine that writes for this model."""
-        if self._engine is None:
-            self._engine = _engine_for_client(self.es_client)
-        return self._engine
-
-    def create_or_update_documents(
-        self, paragraphs_dicts: list[dict[str, Any]], update: bool = False
-    ) -> None:
-        """Write pre-embedded paragraphs of one page; ``update=True`` replaces the page's old copy."""
-        self.engine._write(paragraphs_dicts, wanted=set(), delete_existing=update)
-
-
-_ENGINES: dict[tuple[int, ...], tuple[tuple[Any, ...], Engine]] = {}
-_ENGINES_LOCK = threading.Lock()
-
-
-def engine_factory(
-    configs_class: Any = None,
-    es_client: Any = None,
-    *,
-    store: SearchStore | None = None,
-    embedders: Mapping[str, Embedder] | None = None,
-    definition: DocumentDefinition | None = None,
-) -> Engine:
-    """The shared ``Engine`` for these arguments, built lazily (nothing loads until first use).
-
-    Unlike the seed's global singleton, the cache is keyed by the arguments' identities: calling
-    again with the same objects returns the same engine (so the models load once), calling with
-    different ones builds a new engine instead of silently ignoring them. The cache holds the
-    arguments, so their identities stay unique; ``clear_engine_cache()`` empties it. Tests can also
-    construct ``Engine(...)`` directly.
-    """
-    args = (configs_class, es_client, store, embedders, definition)
-    key = tuple(id(a) for a in args)
-    with _ENGINES_LOCK:
-        cached = _ENGINES.get(key)
-        if cached is None:
-            engine = Engine(configs_class, es_client, store=store, embedders=embedders, definition=definition)
-            cached = _ENGINES[key] = (args, engine)
-        return cached[1]
-
-
-def _engine_for_client(es_client: Any) -> Engine:
-    with _ENGINES_LOCK:
-        for args, engine in _ENGINES.values():
-            if args[1] is es_client:
-                return engine
-    return engine_factory(None, es_client)
-
-
-def es_client_factory(es_client: Any = None) -> Model:
-    """The seed's low-level writer for ``es_client``; it shares the engine built for that client."""
-    return Model(es_client)
-
-
-def clear_engine_cache() -> None:
-    """Close and forget every engine ``engine_factory`` built."""
-    with _ENGINES_LOCK:
-        engines = [engine for _, engine in _ENGINES.values()]
-        _ENGINES.clear()
-    for engine in engines:
-        engine.close()
