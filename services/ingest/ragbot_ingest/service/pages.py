@@ -9,11 +9,7 @@ from ragbot.errors import SourceRefused, ValidationFailed
 from ragbot.observability.logging import get_request_id
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobKind, JobRecord
-from ragbot.schemas.messages import (
-    DELETE_PAGE_TASK,
-    DeletePage,
-    IndexPage,
-)
+from ragbot.schemas.messages import DELETE_PAGE_TASK, DeletePage, IndexPage
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot.sources.wiki import check_callback_url
 from ragbot_ingest.service.ports import CommandSender, JobRepository

@@ -10,17 +10,14 @@ from pydantic import BaseModel
 from ragbot.errors import DependencyUnavailable
 from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
-from ragbot.schemas.messages import (
-    INDEX_PAGE_TASK,
-    IndexPage,
-)
+from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage
 from ragbot_ingest.service.ports import CommandSender, JobRepository
 
 logger = logging.getLogger(__name__)
 
 
 def new_job_id() -> str:
-    """A fresh job id: a job is never another one retried under the same id."""
+    """A fresh random id for a new job (a retried job keeps its own)."""
     return uuid.uuid4().hex
 
 

@@ -13,11 +13,7 @@ from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, Val
 from ragbot.messaging.reindex import ReindexRequest, WikiLister, batch_job_id, batches, page_from_line
 from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
-from ragbot.schemas.messages import (
-    INDEX_PAGES_TASK,
-    IndexPages,
-    PageRef,
-)
+from ragbot.schemas.messages import INDEX_PAGES_TASK, IndexPages, PageRef
 from ragbot.schemas.pages import Page
 from ragbot_ingest.service.ports import CommandSender, JobRepository
 from ragbot_ingest.service.queueing import enqueue, new_job_id

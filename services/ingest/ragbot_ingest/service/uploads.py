@@ -12,9 +12,7 @@ from ragbot.errors import ValidationFailed
 from ragbot.indexing.folder import content_revision
 from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord
-from ragbot.schemas.messages import (
-    IndexPage,
-)
+from ragbot.schemas.messages import IndexPage
 from ragbot.schemas.pages import Page
 from ragbot.sources.files import parse_upload
 from ragbot_ingest.service.ports import CommandSender, JobRepository, UploadIds
