@@ -26,7 +26,7 @@ from ragbot.settings import IngestSettings
 from ragbot_ingest.app import create_app
 from ragbot_ingest.deps import Resources
 from ragbot_ingest.multipart import PartTooLarge, read_multipart
-from ragbot_ingest.uploads import UPLOAD_PAGE_ID_BASE
+from ragbot_ingest.upload_ids import UPLOAD_PAGE_ID_BASE
 
 CAP = 200_000
 

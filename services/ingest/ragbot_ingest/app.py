@@ -33,7 +33,7 @@ from ragbot.settings import (
 )
 from ragbot_ingest.deps import Resources
 from ragbot_ingest.routes import router
-from ragbot_ingest.uploads import RedisUploadIds
+from ragbot_ingest.upload_ids import RedisUploadIds
 
 logger = logging.getLogger(__name__)
 SERVICE = "ingest"

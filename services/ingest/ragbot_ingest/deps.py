@@ -12,7 +12,7 @@ from ragbot.http.app import app_resources
 from ragbot.messaging.reindex import WikiLister
 from ragbot.ports import SearchStore
 from ragbot.settings import IngestSettings
-from ragbot_ingest.service import CommandSender, JobRepository, UploadIds
+from ragbot_ingest.service.ports import CommandSender, JobRepository, UploadIds
 
 
 @dataclass(slots=True)

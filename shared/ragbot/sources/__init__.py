@@ -1,4 +1,4 @@
-"""Where pages come from: the wiki's content API (``wiki.py``); uploads and files come later."""
+"""Where pages come from: the wiki's content API (``wiki``) and uploaded files (``files``, by ``detect``)."""
 
 from ragbot.sources.files import parse_upload
 from ragbot.sources.wiki import WikiPageSource, check_callback_url, host_allowed
