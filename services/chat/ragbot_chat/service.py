@@ -17,8 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any, TypeVar
 
 from ragbot.chat.citations import unique_pages
-from ragbot.chat.kolzchut import KolZchutConfig, KolZchutConfigIn, RatingRequest, SearchRequest, page_plan
-from ragbot.chat.pipeline import (
+from ragbot.chat.events import (
     ChatEvent,
     ChatRequest,
     DoneEvent,
@@ -28,6 +27,7 @@ from ragbot.chat.pipeline import (
     SourcesEvent,
     TokenEvent,
 )
+from ragbot.chat.kolzchut import KolZchutConfig, KolZchutConfigIn, RatingRequest, SearchRequest, page_plan
 from ragbot.chat.schemas import (
     AnswerResponse,
     FeedbackCreate,
