@@ -25,7 +25,7 @@ from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
 from ragbot_chat import widget
 from ragbot_chat.deps import Resources
-from ragbot_chat.routes import kolzchut_router, openai_router, router
+from ragbot_chat.routes import ROUTERS
 from ragbot_chat.ui import install_ui
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
             "llm": lambda res: res.llm.ping(),
             "retriever": lambda res: res.retriever.ping(),
         },
-        routers=[router, openai_router, kolzchut_router],
+        routers=ROUTERS,
     )
     widget.install(app)
     install_ui(app)
