@@ -20,7 +20,8 @@ from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
 from ragbot.http.app import create_service_app
-from ragbot.llms import LLM, build_llm
+from ragbot.llms import build_llm
+from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
 from ragbot_chat import widget
@@ -37,7 +38,7 @@ ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
 def assemble(
     *,
     settings: ChatSettings,
-    llm: LLM,
+    llm: ChatModel,
     retriever: Retriever,
     redis_client: aioredis.Redis,
     key_prefix: str,

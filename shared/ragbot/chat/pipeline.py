@@ -35,8 +35,8 @@ from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, ValidationFailed
-from ragbot.llms.base import LLM, LLMError, complete, with_timeouts
-from ragbot.ports import ChatMessage
+from ragbot.llms.base import LLMError, complete, with_timeouts
+from ragbot.ports import ChatMessage, ChatModel
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
@@ -52,12 +52,12 @@ def _ms(seconds: float) -> float:
 
 
 class ChatPipeline:
-    """The chat use case over the ``LLM`` and ``Retriever`` ports; holds no per-request state."""
+    """The chat use case over the ``ChatModel`` and ``Retriever`` ports; holds no per-request state."""
 
     def __init__(
         self,
         *,
-        llm: LLM,
+        llm: ChatModel,
         retriever: Retriever,
         prompts: PromptLibrary,
         settings: ChatSettings,
