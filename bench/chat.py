@@ -59,7 +59,7 @@ from support.chat_corpus import build_sample_store, open_engine, sample_definiti
 from support.chat_fakes import serve_app  # noqa: E402
 from support.processes import delete_redis_prefix  # noqa: E402
 
-from ragbot.chat.pipeline import ChatRequest  # noqa: E402
+from ragbot.chat.events import ChatRequest  # noqa: E402
 from ragbot.chat.retriever import HttpRetriever  # noqa: E402
 from ragbot.llms import build_llm  # noqa: E402
 from ragbot.llms.llamacpp import LlamaCppChatModel, default_threads  # noqa: E402

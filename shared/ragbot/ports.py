@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -164,15 +164,80 @@ class ChatMessage:
     content: str
 
 
+@dataclass(slots=True)
+class Usage:
+    """Token counts of one generation (``prompt_tokens`` is None when the server does not say)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    reported: bool = False
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The OpenAI-style usage object."""
+        total = None if self.prompt_tokens is None else self.prompt_tokens + self.completion_tokens
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": total,
+        }
+
+
+class TokenStream(AsyncIterator[str]):
+    """Text pieces of one answer, plus the usage the server reported once it is finished.
+
+    Closing it early (``aclose()``, or the consumer being cancelled) stops generation at the adapter.
+    """
+
+    def __init__(self, pieces: AsyncGenerator[str, None], usage: Usage) -> None:
+        self._pieces = pieces
+        self.usage = usage
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._pieces.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop generating (idempotent)."""
+        await self._pieces.aclose()
+
+
 @runtime_checkable
 class ChatModel(Protocol):
-    """An LLM that streams text."""
+    """A streaming LLM with a name and a lifecycle (``warm_up`` loads it; construction never does).
 
-    async def stream(
-        self, *, messages: Sequence[ChatMessage], temperature: float = 0.0, max_tokens: int = 512
-    ) -> AsyncIterator[str]:
-        """Yield the answer's text pieces as they arrive."""
-        yield ""  # pragma: no cover
+    The chat pipeline answers and rewrites follow-ups with it; contextual indexing writes contexts.
+    """
+
+    backend: str
+
+    @property
+    def model(self) -> str:
+        """The model name answers are generated with."""
+
+    def warm_up(self) -> None:
+        """Load the model or build the client (idempotent; may block: call it from a thread)."""
+
+    async def ping(self) -> bool:
+        """True when the LLM can answer (for /readyz)."""
+
+    def stream(
+        self,
+        *,
+        messages: Sequence[ChatMessage],
+        temperature: float | None = 0.0,
+        max_tokens: int = 512,
+        model: str | None = None,
+    ) -> TokenStream:
+        """Start generating; iterate the result for text pieces.
+
+        ``temperature=None`` sends no temperature at all (models that refuse one, e.g. reasoning models).
+        """
+
+    async def close(self) -> None:
+        """Free the model or the connections."""
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """Small fakes and real local servers for the chat tests.
 
-- ``ScriptedLLM``: an ``LLM`` whose answer is a function of the messages; it records every call, can be
-  slow, fail or hang, and notes when a stream was closed early (client disconnects).
+- ``ScriptedLLM``: a ``ChatModel`` whose answer is a function of the messages; it records every call,
+  can be slow, fail or hang, and notes when a stream was closed early (client disconnects).
 - ``StaticRetriever``: a ``Retriever`` answering fixed documents (pipeline unit tests).
 - ``FakeOllama`` / ``FakeOpenAI``: real HTTP servers on 127.0.0.1 replaying Ollama's NDJSON stream and
   an OpenAI-compatible SSE stream, so the adapters are tested with their real clients on the wire.
@@ -23,8 +23,8 @@ from typing import Any, Self
 import uvicorn
 
 from ragbot.errors import DependencyUnavailable
-from ragbot.llms.base import LLMError, TokenStream, Usage
-from ragbot.ports import ChatMessage
+from ragbot.llms.base import LLMError
+from ragbot.ports import ChatMessage, TokenStream, Usage
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 
 # -- LLM ---------------------------------------------------------------------------------------------

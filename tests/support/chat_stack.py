@@ -16,7 +16,7 @@ import redis
 import redis.asyncio as aioredis
 
 from ragbot.chat.retriever import EngineRetriever
-from ragbot.llms.base import LLM
+from ragbot.ports import ChatModel
 from ragbot.settings import ChatSettings
 from ragbot_chat.app import assemble, create_app
 from ragbot_chat.deps import Resources
@@ -44,7 +44,7 @@ class ChatServer:
     prefix: str
     redis_url: str
     settings: ChatSettings
-    llm: LLM
+    llm: ChatModel
     resources: list[Resources]
 
     def keys(self) -> list[str]:
@@ -58,7 +58,7 @@ class ChatServer:
 
 @contextmanager
 def chat_server(
-    *, llm: LLM, redis_url: str, store: Path | None = None, **settings: Any
+    *, llm: ChatModel, redis_url: str, store: Path | None = None, **settings: Any
 ) -> Iterator[ChatServer]:
     """Serve the chat app on a free port; its Redis keys are deleted afterwards."""
     prefix = f"test-chat-{uuid.uuid4().hex[:12]}"

@@ -14,10 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 
-from ragbot.chat.metrics import chat_metrics
-from ragbot.chat.pipeline import (
+from ragbot.chat.events import (
     ChatEvent,
-    ChatPipeline,
     ChatRequest,
     DoneEvent,
     ErrorEvent,
@@ -25,8 +23,9 @@ from ragbot.chat.pipeline import (
     PromptOverrides,
     SourcesEvent,
     TokenEvent,
-    clean_rewrite,
 )
+from ragbot.chat.metrics import chat_metrics
+from ragbot.chat.pipeline import ChatPipeline, clean_rewrite
 from ragbot.errors import ValidationFailed
 from ragbot.ports import ChatMessage
 from ragbot.prompts import PromptLibrary

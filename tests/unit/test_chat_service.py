@@ -16,9 +16,10 @@ from ragbot.chat.schemas import Source
 from ragbot.cli.chat import iter_sse
 from ragbot.errors import ConfigurationError, ValidationFailed
 from ragbot.settings import ChatSettings
-from ragbot_chat import service
 from ragbot_chat.app import assemble
 from ragbot_chat.deps import Resources
+from ragbot_chat.openai_compat import openai_turn, openai_usage, sources_footer
+from ragbot_chat.sse import sse, unless_disconnected, with_pings
 
 NO_REDIS = cast(aioredis.Redis, None)
 
@@ -34,7 +35,7 @@ def resources(**settings: object) -> Resources:
 
 
 def test_sse_events_are_one_json_line_each() -> None:
-    frame = service.sse("token", {"text": "שורה\nשנייה"})
+    frame = sse("token", {"text": "שורה\nשנייה"})
     assert frame == 'event: token\ndata: {"text": "שורה\\nשנייה"}\n\n'.encode()
     assert parse_sse(frame.decode())[0].data == {"text": "שורה\nשנייה"}
 
@@ -53,7 +54,7 @@ async def test_pings_fill_silences_and_closing_closes_the_source() -> None:
             closed.set()
 
     chunks: list[bytes] = []
-    stream = service.with_pings(slow(), every_s=0.1)
+    stream = with_pings(slow(), every_s=0.1)
     async for chunk in stream:
         chunks.append(chunk)
         if chunk.startswith(b"event: done"):
@@ -84,13 +85,13 @@ async def test_a_json_answer_is_cancelled_when_its_client_leaves() -> None:
     async def never_gone() -> bool:
         return False
 
-    quick = await service.unless_disconnected(answer("ok", 0.0), disconnected=gone_on_second_poll)
+    quick = await unless_disconnected(answer("ok", 0.0), disconnected=gone_on_second_poll)
     assert quick == "ok" and polls == 0 and not cancelled.is_set()
     slow = answer("late", 3600)
-    assert await service.unless_disconnected(slow, disconnected=gone_on_second_poll, every_s=0.01) is None
+    assert await unless_disconnected(slow, disconnected=gone_on_second_poll, every_s=0.01) is None
     assert cancelled.is_set() and polls == 2
     with pytest.raises(ValidationFailed):
-        await service.unless_disconnected(_refuse(), disconnected=never_gone, every_s=0.01)
+        await unless_disconnected(_refuse(), disconnected=never_gone, every_s=0.01)
 
 
 async def _refuse() -> str:
@@ -99,7 +100,7 @@ async def _refuse() -> str:
 
 def test_openai_messages_become_a_question_and_history() -> None:
     res = resources()
-    request = service.openai_turn(
+    request = openai_turn(
         res=res,
         messages=[
             {"role": "system", "content": "be nice"},
@@ -112,7 +113,7 @@ def test_openai_messages_become_a_question_and_history() -> None:
     assert request.question == "second?" and request.mode == "grounded" and request.channel == "openai"
     assert [(t.question, t.answer) for t in request.history] == [("first?", "first answer")]
     with pytest.raises(ValidationFailed) as error:
-        service.openai_turn(res=res, messages=[{"role": "assistant", "content": "hi"}], mode="open")
+        openai_turn(res=res, messages=[{"role": "assistant", "content": "hi"}], mode="open")
     assert error.value.field == "messages"
 
 
@@ -120,9 +121,9 @@ def test_sources_footer_lists_cited_sources_in_the_answer_language() -> None:
     source = Source(
         index=2, title="גמלה", url="https://x/1", page_id=1, paragraph=0, score=1.0, doc_id="1-1-0"
     )
-    assert service.sources_footer([source], "he") == "\n\nמקורות:\n[2] גמלה — https://x/1"
-    assert service.sources_footer([], "en") == ""
-    assert service.openai_usage({"prompt_tokens": None, "completion_tokens": 3}) == {
+    assert sources_footer([source], "he") == "\n\nמקורות:\n[2] גמלה — https://x/1"
+    assert sources_footer([], "en") == ""
+    assert openai_usage({"prompt_tokens": None, "completion_tokens": 3}) == {
         "prompt_tokens": 0,
         "completion_tokens": 3,
         "total_tokens": 3,

@@ -20,12 +20,13 @@ from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
 from ragbot.http.app import create_service_app
-from ragbot.llms import LLM, build_llm
+from ragbot.llms import build_llm
+from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
 from ragbot_chat import widget
 from ragbot_chat.deps import Resources
-from ragbot_chat.routes import kolzchut_router, openai_router, router
+from ragbot_chat.routes import ROUTERS
 from ragbot_chat.ui import install_ui
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
 def assemble(
     *,
     settings: ChatSettings,
-    llm: LLM,
+    llm: ChatModel,
     retriever: Retriever,
     redis_client: aioredis.Redis,
     key_prefix: str,
@@ -121,7 +122,7 @@ def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
             "llm": lambda res: res.llm.ping(),
             "retriever": lambda res: res.retriever.ping(),
         },
-        routers=[router, openai_router, kolzchut_router],
+        routers=ROUTERS,
     )
     widget.install(app)
     install_ui(app)

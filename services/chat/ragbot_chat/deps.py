@@ -12,7 +12,7 @@ from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.sessions import ChatStore
 from ragbot.http.app import app_resources
-from ragbot.llms.base import LLM
+from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings
 
@@ -22,7 +22,7 @@ class Resources:
     """What the chat service holds for its lifetime."""
 
     settings: ChatSettings
-    llm: LLM
+    llm: ChatModel
     retriever: Retriever
     store: ChatStore
     configs: ConfigStore

@@ -40,8 +40,8 @@ from ragbot.chat.widget import (
     find_banned,
 )
 from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, ValidationFailed
-from ragbot_chat import service
 from ragbot_chat.deps import Resources, ResourcesDep
+from ragbot_chat.kolzchut import first_forwarded, kolzchut_search
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ async def widget_question(*, res: Resources, body: QuestionRequest, client_ip: s
         raise WidgetError(429, "daily_limit")
     answered = False
     try:
-        status, payload = await service.kolzchut_search(
+        status, payload = await kolzchut_search(
             res=res,
             body=SearchRequest(query=question, asked_from=body.referrer),
             forwarded_for=client_ip,
@@ -263,7 +263,7 @@ async def question(
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> QuestionAnswer:
     """Answer a question from the widget: Markdown, the pages it rests on, and its id for ``/rate``."""
-    client_ip = service.first_forwarded(forwarded_for)
+    client_ip = first_forwarded(forwarded_for)
     if client_ip is None and request.client is not None:
         client_ip = request.client.host
     return await widget_question(res=res, body=body, client_ip=client_ip)

@@ -1,9 +1,8 @@
 """The chat domain: sessions, answer modes, follow-up rewriting, sources and citations, the Kol-Zchut
 contract's config. The chat service (``services/chat``) drives it over HTTP."""
 
-from ragbot.chat.pipeline import (
+from ragbot.chat.events import (
     ChatEvent,
-    ChatPipeline,
     ChatRequest,
     DoneEvent,
     ErrorEvent,
@@ -12,6 +11,7 @@ from ragbot.chat.pipeline import (
     SourcesEvent,
     TokenEvent,
 )
+from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import EngineRetriever, HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore, MessageRecord
 

@@ -18,16 +18,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ragbot.chat.citations import confidences, split_cited, to_source
+from ragbot.chat.events import (
+    ChatEvent,
+    ChatRequest,
+    DoneEvent,
+    ErrorEvent,
+    HistoryTurn,
+    Selection,
+    SourcesEvent,
+    TokenEvent,
+)
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
-from ragbot.chat.schemas import Mode, Source
+from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, ValidationFailed
-from ragbot.llms.base import LLM, LLMError, complete, with_timeouts
-from ragbot.ports import ChatMessage
+from ragbot.llms.base import LLMError, complete, with_timeouts
+from ragbot.ports import ChatMessage, ChatModel
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
@@ -38,111 +47,17 @@ COMPLETE_PAGE_PARAGRAPHS = 1000
 _SPEAKERS: Mapping[str, tuple[str, str]] = {"he": ("משתמש", "עוזר"), "en": ("User", "Assistant")}
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryTurn:
-    """An earlier question and its answer."""
-
-    question: str
-    answer: str
-
-
-@dataclass(frozen=True, slots=True)
-class PromptOverrides:
-    """Templates replacing the prompt files for one request (the Kol-Zchut config's prompts)."""
-
-    system: str | None = None
-    user: str | None = None
-    rephrase: str | None = None
-
-
-@dataclass(slots=True)
-class ChatRequest:
-    """Everything one turn needs; ``language`` is already resolved (``he`` or ``en``)."""
-
-    question: str
-    mode: Mode
-    language: Language
-    channel: str = "api"
-    history: Sequence[HistoryTurn] = ()
-    rephrase: bool | None = None
-    page_id: int | None = None
-    retrieval_size: int | None = None
-    paragraphs_per_page: Sequence[int] | None = None
-    complete_pages: bool = False
-    temperature: float | None = None
-    model: str | None = None
-    max_tokens: int | None = None
-    prompts: PromptOverrides = field(default_factory=PromptOverrides)
-    banned_fields: Sequence[str] = ()
-
-
-@dataclass(slots=True)
-class SourcesEvent:
-    """The numbered paragraphs the answer may cite (empty in open mode or when nothing was found)."""
-
-    sources: list[Source]
-    mode: Mode
-    language: Language
-    rewritten_question: str | None
-    debug: dict[str, Any]
-    name: Literal["sources"] = "sources"
-
-
-@dataclass(slots=True)
-class TokenEvent:
-    """A piece of the answer."""
-
-    text: str
-    name: Literal["token"] = "token"
-
-
-@dataclass(slots=True)
-class DoneEvent:
-    """The whole answer, what it cites, what it cost and how long each step took."""
-
-    answer: str
-    citations: list[Source]
-    retrieved_not_cited: list[Source]
-    usage: dict[str, int | None]
-    timings_ms: dict[str, float]
-    abstained: bool
-    finish_reason: str | None = None
-    name: Literal["done"] = "done"
-
-
-@dataclass(slots=True)
-class ErrorEvent:
-    """Why there is no (complete) answer; ``dependency`` names what failed."""
-
-    message: str
-    dependency: str | None
-    stage: str
-    name: Literal["error"] = "error"
-
-
-ChatEvent = SourcesEvent | TokenEvent | DoneEvent | ErrorEvent
-
-
-@dataclass(slots=True)
-class Selection:
-    """The numbered sources of a turn, their prompt blocks, and every retrieved paragraph (debug)."""
-
-    sources: list[Source]
-    documents: list[PromptDocument]
-    before_filter: list[dict[str, Any]]
-
-
 def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
 class ChatPipeline:
-    """The chat use case over the ``LLM`` and ``Retriever`` ports; holds no per-request state."""
+    """The chat use case over the ``ChatModel`` and ``Retriever`` ports; holds no per-request state."""
 
     def __init__(
         self,
         *,
-        llm: LLM,
+        llm: ChatModel,
         retriever: Retriever,
         prompts: PromptLibrary,
         settings: ChatSettings,

@@ -11,13 +11,14 @@ client) and ``openai`` (any OpenAI-compatible server over httpx).
 
 from __future__ import annotations
 
-from ragbot.llms.base import LLM, LLMError, TokenStream, Usage, complete, with_timeouts
+from ragbot.llms.base import LLMError, complete, with_timeouts
+from ragbot.ports import ChatModel, TokenStream, Usage
 from ragbot.settings import ChatSettings
 
-__all__ = ["LLM", "LLMError", "TokenStream", "Usage", "build_llm", "complete", "with_timeouts"]
+__all__ = ["LLMError", "TokenStream", "Usage", "build_llm", "complete", "with_timeouts"]
 
 
-def build_llm(*, settings: ChatSettings) -> LLM:
+def build_llm(*, settings: ChatSettings) -> ChatModel:
     """The configured adapter, not yet warmed up."""
     if settings.llm_backend == "ollama":
         from ragbot.llms.ollama import OllamaChatModel

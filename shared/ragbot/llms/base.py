@@ -1,20 +1,19 @@
-"""What every LLM adapter shares: the stream type that carries usage, the error, the timeouts.
+"""What every ``ChatModel`` adapter shares: the error, the timeouts, the OpenAI-style request and chunks.
 
-An adapter's ``stream()`` returns a ``TokenStream``: an async iterator of text pieces (so it satisfies
-the ``ChatModel`` port) whose ``usage`` is filled in as the server reports it. Closing the stream
-early (``aclose()``, or the consumer being cancelled) stops generation at the adapter.
+An adapter's ``stream()`` returns the port's ``TokenStream``: an async iterator of text pieces whose
+``usage`` is filled in as the server reports it. Closing the stream early (``aclose()``, or the
+consumer being cancelled) stops generation at the adapter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 from ragbot.errors import DependencyUnavailable
-from ragbot.ports import ChatMessage
+from ragbot.ports import ChatMessage, TokenStream, Usage
 
 LLM_DEPENDENCY = "llm"
 
@@ -24,76 +23,6 @@ class LLMError(DependencyUnavailable):
 
     def __init__(self, message: str, *, dependency: str = LLM_DEPENDENCY) -> None:
         super().__init__(message, dependency=dependency)
-
-
-@dataclass(slots=True)
-class Usage:
-    """Token counts of one generation (``prompt_tokens`` is None when the server does not say)."""
-
-    prompt_tokens: int | None = None
-    completion_tokens: int = 0
-    finish_reason: str | None = None
-    reported: bool = False
-
-    def as_dict(self) -> dict[str, int | None]:
-        """The OpenAI-style usage object."""
-        total = None if self.prompt_tokens is None else self.prompt_tokens + self.completion_tokens
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": total,
-        }
-
-
-class TokenStream(AsyncIterator[str]):
-    """Text pieces of one answer, plus the usage the server reported once it is finished."""
-
-    def __init__(self, pieces: AsyncGenerator[str, None], usage: Usage) -> None:
-        self._pieces = pieces
-        self.usage = usage
-
-    def __aiter__(self) -> TokenStream:
-        return self
-
-    async def __anext__(self) -> str:
-        return await self._pieces.__anext__()
-
-    async def aclose(self) -> None:
-        """Stop generating (idempotent)."""
-        await self._pieces.aclose()
-
-
-@runtime_checkable
-class LLM(Protocol):
-    """A streaming chat model behind the ``ChatModel`` port, with a lifecycle and a name."""
-
-    backend: str
-
-    @property
-    def model(self) -> str:
-        """The model name answers are generated with."""
-
-    def warm_up(self) -> None:
-        """Load the model or build the client (idempotent; may block: call it from a thread)."""
-
-    async def ping(self) -> bool:
-        """True when the LLM can answer (for /readyz)."""
-
-    def stream(
-        self,
-        *,
-        messages: Sequence[ChatMessage],
-        temperature: float | None = 0.0,
-        max_tokens: int = 512,
-        model: str | None = None,
-    ) -> TokenStream:
-        """Start generating; iterate the result for text pieces.
-
-        ``temperature=None`` sends no temperature at all (models that refuse one, e.g. reasoning models).
-        """
-
-    async def close(self) -> None:
-        """Free the model or the connections."""
 
 
 def with_timeouts(stream: TokenStream, *, first_token_s: float, idle_s: float, total_s: float) -> TokenStream:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ragbot.errors import ConfigurationError
-from ragbot.llms.base import LLMError, TokenStream, Usage, openai_chat_body, read_openai_chunk
-from ragbot.ports import ChatMessage
+from ragbot.llms.base import LLMError, openai_chat_body, read_openai_chunk
+from ragbot.ports import ChatMessage, TokenStream, Usage
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ragbot.llms.base import LLMError, TokenStream, Usage, as_openai_messages
-from ragbot.ports import ChatMessage
+from ragbot.llms.base import LLMError, as_openai_messages
+from ragbot.ports import ChatMessage, TokenStream, Usage
 
 if TYPE_CHECKING:
     from ollama import AsyncClient

@@ -1,0 +1,222 @@
+"""The native API: sessions, messages answered as SSE or one JSON body, and feedback on an answer.
+
+- ``POST /v1/sessions``                 open a conversation (mode and language default from settings)
+- ``GET  /v1/sessions/{id}``            the conversation and its stored turns
+- ``POST /v1/sessions/{id}/messages``   SSE ``sources``, ``token``s, then ``done`` or ``error``
+- ``POST /v1/messages/{id}/feedback``   thumbs up or down, with an optional comment
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from ragbot.chat.events import (
+    ChatEvent,
+    ChatRequest,
+    DoneEvent,
+    ErrorEvent,
+    HistoryTurn,
+    SourcesEvent,
+    TokenEvent,
+)
+from ragbot.chat.schemas import (
+    AnswerResponse,
+    FeedbackCreate,
+    FeedbackView,
+    LanguageChoice,
+    MessageCreate,
+    SessionCreate,
+    SessionInfo,
+    SessionView,
+    Usage,
+)
+from ragbot.chat.sessions import new_id
+from ragbot.prompts import Language, detect_language
+from ragbot_chat.deps import Resources, ResourcesDep
+from ragbot_chat.service import collect, error_status, run_and_store, sources_json
+from ragbot_chat.sse import CLIENT_GONE, event_stream, sse, unless_disconnected
+
+router = APIRouter(prefix="/v1", tags=["chat"])
+
+
+# -- use cases ---------------------------------------------------------------------------------------
+
+
+def resolve_language(choice: LanguageChoice, question: str) -> Language:
+    """``auto`` follows the question's script; otherwise the session's language."""
+    return detect_language(question) if choice == "auto" else choice
+
+
+async def open_session(*, res: Resources, body: SessionCreate) -> SessionInfo:
+    """Open a conversation so follow-ups keep their context."""
+    return await res.store.create_session(
+        mode=body.mode or res.settings.default_mode,
+        language=body.language or res.settings.default_language,
+    )
+
+
+async def show_session(*, res: Resources, session_id: str) -> SessionView:
+    """Show a conversation and its stored turns (404 once expired)."""
+    return await res.store.view(session_id)
+
+
+async def start_message(
+    *, res: Resources, session_id: str, body: MessageCreate
+) -> tuple[str, ChatRequest, SessionInfo]:
+    """Validate a question against its session before any byte of the answer is sent."""
+    session = await res.store.session(session_id)
+    question = res.pipeline.check_question(body.question)
+    turns = await res.store.turns(session_id, last=res.settings.history_turns)
+    request = ChatRequest(
+        question=question,
+        mode=body.mode or session.mode,
+        language=resolve_language(session.language, question),
+        channel="api",
+        history=[HistoryTurn(t.question, t.answer) for t in turns],
+    )
+    return new_id(), request, session
+
+
+async def give_feedback(*, res: Resources, message_id: str, body: FeedbackCreate) -> FeedbackView:
+    """Record thumbs up/down on an answer (404 for unknown ids)."""
+    record = await res.store.set_feedback(message_id, rating=body.rating, comment=body.comment)
+    res.pipeline.metrics.feedback.labels("api", body.rating or "none").inc()
+    return FeedbackView(message_id=record.message_id, rating=record.rating, comment=record.comment)
+
+
+def event_payload(
+    event: ChatEvent, *, message_id: str, session_id: str | None, include_debug: bool
+) -> dict[str, Any]:
+    """The JSON carried by one SSE event of the own API."""
+    if isinstance(event, SourcesEvent):
+        payload: dict[str, Any] = {
+            "message_id": message_id,
+            "session_id": session_id,
+            "mode": event.mode,
+            "language": event.language,
+            "rewritten_question": event.rewritten_question,
+            "sources": sources_json(event.sources),
+        }
+        if include_debug:
+            payload["debug"] = event.debug
+        return payload
+    if isinstance(event, TokenEvent):
+        return {"text": event.text}
+    if isinstance(event, DoneEvent):
+        return {
+            "message_id": message_id,
+            "answer": event.answer,
+            "abstained": event.abstained,
+            "citations": sources_json(event.citations),
+            "retrieved_not_cited": sources_json(event.retrieved_not_cited),
+            "usage": event.usage,
+            "timings_ms": event.timings_ms,
+            "finish_reason": event.finish_reason,
+        }
+    return {
+        "message_id": message_id,
+        "message": event.message,
+        "dependency": event.dependency,
+        "stage": event.stage,
+    }
+
+
+async def sse_stream(
+    events: AsyncIterator[ChatEvent], *, message_id: str, session_id: str | None, include_debug: bool
+) -> AsyncIterator[bytes]:
+    """The own API's event stream: ``sources``, ``token``s, then ``done`` or ``error``."""
+    async for event in events:
+        yield sse(
+            event.name,
+            event_payload(event, message_id=message_id, session_id=session_id, include_debug=include_debug),
+        )
+
+
+def answer_response(
+    *,
+    request: ChatRequest,
+    message_id: str,
+    session_id: str | None,
+    sources: SourcesEvent | None,
+    done: DoneEvent | None,
+    error: ErrorEvent | None,
+) -> AnswerResponse:
+    """The whole answer as one JSON body."""
+    return AnswerResponse(
+        message_id=message_id,
+        session_id=session_id,
+        mode=request.mode,
+        language=request.language,
+        question=request.question,
+        rewritten_question=sources.rewritten_question if sources else None,
+        answer=done.answer if done else "",
+        abstained=done.abstained if done else False,
+        sources=sources.sources if sources else [],
+        citations=done.citations if done else [],
+        retrieved_not_cited=done.retrieved_not_cited if done else [],
+        usage=Usage.model_validate(done.usage) if done else Usage(),
+        timings_ms=done.timings_ms if done else {},
+        error=(
+            {"message": error.message, "dependency": error.dependency, "stage": error.stage}
+            if error
+            else None
+        ),
+    )
+
+
+# -- routes ------------------------------------------------------------------------------------------
+
+
+@router.post("/sessions", response_model=SessionInfo, status_code=201)
+async def create_session(res: ResourcesDep, body: SessionCreate | None = None) -> SessionInfo:
+    """Start a conversation (mode and language default from settings)."""
+    return await open_session(res=res, body=body or SessionCreate())
+
+
+@router.get("/sessions/{session_id}", response_model=SessionView)
+async def get_session(session_id: str, res: ResourcesDep) -> SessionView:
+    """A conversation with its stored turns."""
+    return await show_session(res=res, session_id=session_id)
+
+
+@router.post(
+    "/sessions/{session_id}/messages",
+    response_model=AnswerResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def post_message(
+    session_id: str,
+    body: MessageCreate,
+    res: ResourcesDep,
+    http_request: Request,
+    stream: bool = Query(default=True, description="false: one JSON body instead of Server-Sent Events"),
+    debug: bool = Query(default=False, description="include retrieval and rewrite debug in `sources`"),
+) -> Response:
+    """Ask a question: SSE ``sources``, ``token``s, then ``done`` or ``error`` (or JSON with stream=false)."""
+    message_id, request, session = await start_message(res=res, session_id=session_id, body=body)
+    events = run_and_store(res=res, request=request, message_id=message_id, session_id=session.session_id)
+    if stream:
+        chunks = sse_stream(events, message_id=message_id, session_id=session_id, include_debug=debug)
+        return event_stream(chunks, every_s=res.settings.sse_ping_s)
+    collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
+    if collected is None:
+        return Response(status_code=CLIENT_GONE)
+    sources, done, error = collected
+    answer = answer_response(
+        request=request, message_id=message_id, session_id=session_id, sources=sources, done=done, error=error
+    )
+    if error is not None:
+        body_json = answer.model_dump(mode="json")
+        body_json["detail"] = error.message
+        return JSONResponse(body_json, status_code=error_status(error))
+    return JSONResponse(answer.model_dump(mode="json"))
+
+
+@router.post("/messages/{message_id}/feedback", response_model=FeedbackView)
+async def post_feedback(message_id: str, body: FeedbackCreate, res: ResourcesDep) -> FeedbackView:
+    """Thumbs up or down on an answer, with an optional comment (null withdraws the rating)."""
+    return await give_feedback(res=res, message_id=message_id, body=body)
