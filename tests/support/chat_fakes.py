@@ -22,8 +22,8 @@ from typing import Any, Self
 
 import uvicorn
 
-from ragbot.errors import DependencyUnavailable
-from ragbot.llms.base import LLMError, TokenStream, Usage
+from ragbot.errors import DependencyUnavailable, LLMError
+from ragbot.llms.base import TokenStream, Usage
 from ragbot.ports import ChatMessage
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 

@@ -9,14 +9,13 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, st
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import ValidationFailed
-from ragbot.messaging.jobs import JobNotRetryable
+from ragbot.errors import JobNotRetryable, PartTooLarge, UploadsRefused, ValidationFailed
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
 from ragbot_ingest.deps import JobsDep, ListerDep, SenderDep, SettingsDep, StoreDep, UploadIdsDep
-from ragbot_ingest.multipart import PartTooLarge, read_multipart
+from ragbot_ingest.multipart import read_multipart
 
 router = APIRouter(prefix="/v1")
 
@@ -206,7 +205,7 @@ async def upload_documents(
         accepted = await service.accept_uploads(
             uploads=uploads, max_bytes=cap, ids=ids, jobs=jobs, sender=sender
         )
-    except service.UploadsRefused as exc:
+    except UploadsRefused as exc:
         detail = [
             {"loc": ["body", "file", i], "msg": reason, "type": "value_error"} for i, reason in exc.reasons
         ]

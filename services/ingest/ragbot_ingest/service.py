@@ -14,7 +14,14 @@ from typing import IO, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, ValidationFailed
+from ragbot.errors import (
+    DependencyUnavailable,
+    JobNotRetryable,
+    SourceError,
+    SourceRefused,
+    UploadsRefused,
+    ValidationFailed,
+)
 from ragbot.indexing.folder import content_revision
 from ragbot.messaging.reindex import ReindexRequest, WikiLister, batch_job_id, batches, page_from_line
 from ragbot.observability.logging import get_request_id
@@ -181,8 +188,6 @@ async def retry_job(*, job_id: str, jobs: JobRepository, sender: CommandSender) 
 
 
 async def _retry_reindex(*, record: JobRecord, jobs: JobRepository, sender: CommandSender) -> JobRecord:
-    from ragbot.messaging.jobs import JobNotRetryable
-
     count = int(record.payload.get("batches", 0))
     children = [await jobs.get(job_id=batch_job_id(record.job_id, n)) for n in range(count)]
     failed = [c for c in children if c is not None and c.state is JobState.failed]
@@ -233,14 +238,6 @@ class AcceptedUpload:
     key: str
     page: Page
     record: JobRecord
-
-
-class UploadsRefused(ValidationFailed):
-    """Some files of an upload cannot be indexed; ``reasons`` has one message per refused file."""
-
-    def __init__(self, reasons: Sequence[tuple[int, str]]) -> None:
-        super().__init__("; ".join(r for _, r in reasons), field="file")
-        self.reasons = list(reasons)
 
 
 async def accept_uploads(

@@ -25,8 +25,8 @@ from ragbot.chat.citations import confidences, split_cited, to_source
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Mode, Source
-from ragbot.errors import DependencyUnavailable, ValidationFailed
-from ragbot.llms.base import LLM, LLMError, complete, with_timeouts
+from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
+from ragbot.llms.base import LLM, complete, with_timeouts
 from ragbot.ports import ChatMessage
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse

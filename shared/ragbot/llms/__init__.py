@@ -11,7 +11,8 @@ client) and ``openai`` (any OpenAI-compatible server over httpx).
 
 from __future__ import annotations
 
-from ragbot.llms.base import LLM, LLMError, TokenStream, Usage, complete, with_timeouts
+from ragbot.errors import LLMError
+from ragbot.llms.base import LLM, TokenStream, Usage, complete, with_timeouts
 from ragbot.settings import ChatSettings
 
 __all__ = ["LLM", "LLMError", "TokenStream", "Usage", "build_llm", "complete", "with_timeouts"]

@@ -13,17 +13,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ragbot.errors import DependencyUnavailable
+from ragbot.errors import LLMError
 from ragbot.ports import ChatMessage
-
-LLM_DEPENDENCY = "llm"
-
-
-class LLMError(DependencyUnavailable):
-    """The LLM failed, timed out or refused the request; the message says which and why."""
-
-    def __init__(self, message: str, *, dependency: str = LLM_DEPENDENCY) -> None:
-        super().__init__(message, dependency=dependency)
 
 
 @dataclass(slots=True)

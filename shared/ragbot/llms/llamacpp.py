@@ -21,8 +21,8 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragbot.errors import ConfigurationError
-from ragbot.llms.base import LLMError, TokenStream, Usage, openai_chat_body, read_openai_chunk
+from ragbot.errors import ConfigurationError, LLMError
+from ragbot.llms.base import TokenStream, Usage, openai_chat_body, read_openai_chunk
 from ragbot.ports import ChatMessage
 
 logger = logging.getLogger(__name__)

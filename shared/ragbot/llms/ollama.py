@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ragbot.llms.base import LLMError, TokenStream, Usage, as_openai_messages
+from ragbot.errors import LLMError
+from ragbot.llms.base import TokenStream, Usage, as_openai_messages
 from ragbot.ports import ChatMessage
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, WatchError
 
-from ragbot.errors import DependencyUnavailable, NotFound, ValidationFailed
+from ragbot.errors import DependencyUnavailable, JobNotRetryable, NotFound
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 
 logger = logging.getLogger(__name__)
@@ -33,10 +33,6 @@ DEFAULT_TTL_S = 7 * 24 * 3600
 _ENDED = frozenset({JobState.done, JobState.skipped})
 _UNSET: Final = object()
 _MAX_WATCH_TRIES = 50
-
-
-class JobNotRetryable(ValidationFailed):
-    """Only failed jobs can be re-queued."""
 
 
 def _now() -> datetime:
