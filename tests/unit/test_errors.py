@@ -34,3 +34,27 @@ def test_every_error_is_a_ragbot_error() -> None:
     assert all(issubclass(cls, errors.RagbotError) for cls in tree)
     assert errors.LLMError("x").dependency == "llm"
     assert errors.UploadsRefused([(0, "empty"), (2, "too big")]).field == "file"
+
+
+async def test_redis_guard_translates_redis_and_socket_errors() -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import WatchError
+
+    from ragbot.messaging.redis import redis_guard
+
+    failed = pytest.raises(errors.DependencyUnavailable, match="Redis failed on read session: down")
+    with failed as info, redis_guard("read session"):
+        raise RedisConnectionError("down")
+    assert info.value.dependency == "redis"
+    unreachable = pytest.raises(errors.DependencyUnavailable, match=r"Redis is unreachable \(ping\)")
+    with unreachable, redis_guard("ping"):
+        raise OSError("no route")
+    with pytest.raises(WatchError), redis_guard("watch"):
+        raise WatchError("raced")  # the callers that WATCH retry it themselves
+
+    @redis_guard("count")
+    async def count() -> int:
+        raise RedisConnectionError("gone")
+
+    with pytest.raises(errors.DependencyUnavailable, match="Redis failed on count"):
+        await count()

@@ -25,6 +25,7 @@ from ragbot.indexing.contextual import Contextualizer, RedisContextCache
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import create_celery_app
+from ragbot.messaging.redis import build_redis
 from ragbot.observability.metrics import mark_process_dead, worker_metrics
 from ragbot.ports import Embedder
 from ragbot.settings import (
@@ -118,11 +119,7 @@ def build_runtime(
     dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
     store = build_store(settings=store_settings, definition=definition, dimensions=dimensions)
     loop = asyncio.new_event_loop()
-    redis = Redis.from_url(
-        redis_settings.url,
-        socket_timeout=redis_settings.socket_timeout_s,
-        socket_connect_timeout=redis_settings.socket_timeout_s,
-    )
+    redis = build_redis(redis_settings)
     source = WikiPageSource(
         allowed_hosts=ingest_settings.allowed_callback_hosts,
         max_bytes=ingest_settings.max_page_bytes,
