@@ -20,7 +20,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from celery import Celery, Task
 from celery.exceptions import Retry
@@ -41,9 +41,7 @@ from ragbot.schemas.messages import (
 )
 from ragbot.settings import WorkerSettings
 from ragbot_embedder import service
-
-if TYPE_CHECKING:
-    from ragbot_embedder.worker import Runtime
+from ragbot_embedder.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 C = TypeVar("C", bound=BaseModel)
