@@ -10,7 +10,8 @@ it; a route that catches one itself says so. "Retried" is the embedder worker's 
     ├── ConfigurationError          500 with the message                     not retried
     ├── ValidationFailed            422 (``field`` in ``loc``)               not retried
     │   ├── JobNotRetryable         409 (ingest: POST /v1/jobs/{id}/retry)   not retried
-    │   └── UploadsRefused          422, one detail per file (ingest)        not retried
+    │   ├── UploadsRefused          422, one detail per file (ingest)        not retried
+    │   └── BodyTooLarge            413 (ingest: a reindex body or line)     not retried
     ├── NotFound                    404                                      not retried
     ├── DependencyUnavailable       503 (``dependency`` in the body)         retried
     │   ├── StoreUnavailable        503, dependency "store"                  retried
@@ -66,6 +67,10 @@ class UploadsRefused(ValidationFailed):
     def __init__(self, reasons: Sequence[tuple[int, str]]) -> None:
         super().__init__("; ".join(r for _, r in reasons), field="file")
         self.reasons = list(reasons)
+
+
+class BodyTooLarge(ValidationFailed):
+    """A body (or one of its lines) is over its cap: a 413."""
 
 
 class NotFound(RagbotError):

@@ -22,6 +22,7 @@ from ragbot import errors
         (errors.RerankError("oom"), False),
         (errors.PagesFailed("p1: refused"), False),
         (errors.PartTooLarge("a.bin"), False),
+        (errors.BodyTooLarge("over 2 GB", field="body"), False),
         (ValueError("a bug"), False),
     ],
 )

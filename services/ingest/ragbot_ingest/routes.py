@@ -9,7 +9,13 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, st
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import JobNotRetryable, PartTooLarge, UploadsRefused, ValidationFailed
+from ragbot.errors import (
+    BodyTooLarge,
+    JobNotRetryable,
+    PartTooLarge,
+    UploadsRefused,
+    ValidationFailed,
+)
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
@@ -272,7 +278,7 @@ async def reindex(
                 status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                 "send application/x-ndjson (one page per line), a multipart 'file', or application/json",
             )
-    except (service.BodyTooLarge, PartTooLarge) as exc:
+    except (BodyTooLarge, PartTooLarge) as exc:
         raise _too_large(str(exc)) from None
     try:
         record = await service.accept_reindex_pages(

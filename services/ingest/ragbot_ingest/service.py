@@ -15,6 +15,7 @@ from typing import IO, Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from ragbot.errors import (
+    BodyTooLarge,
     DependencyUnavailable,
     JobNotRetryable,
     SourceError,
@@ -303,10 +304,6 @@ def _parse_one(upload: Upload, *, max_bytes: int) -> Page:
 
 
 # --- bulk reindex -----------------------------------------------------------------------------------
-
-
-class BodyTooLarge(ValidationFailed):
-    """A body (or one of its lines) is over its cap: a 413."""
 
 
 @dataclass(slots=True)
