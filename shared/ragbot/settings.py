@@ -1,7 +1,13 @@
 """Typed settings, one class per concern, built by cached factories; nothing is read at import.
 
 Every variable is documented in `.env.example`. Services receive settings through their composition
-root (``app.py`` / ``worker.py``) and FastAPI dependencies, never by reading the environment.
+root (``app.py`` / ``runtime.py``) and FastAPI dependencies, never by reading the environment.
+
+Two concerns are shared between processes and so are classes of their own, read under the prefix of
+the service that owns them: ``SourceSettings`` (fetching wiki pages, ``RAGBOT_INGEST_*``; the base of
+``IngestSettings``) and ``LLMSettings`` (the LLM, ``RAGBOT_CHAT_LLM_*``/``LLAMACPP_*``; the base of
+``ChatSettings``). The embedder worker builds those two and its own ``WorkerSettings`` and
+``ContextualSettings``, never the ingest or chat service's settings.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ragbot.inference.precision import Precision
+from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -81,16 +88,22 @@ class ModelSettings(BaseSettings):
     query_runtime: Literal["auto", "torch", "onnx"] = "auto"
 
 
-class IngestSettings(BaseSettings):
+class SourceSettings(BaseSettings):
+    """Fetching wiki pages: the ingest service checks pings against it, the worker fetches with it."""
+
+    model_config = _config("RAGBOT_INGEST_")
+    # Hosts a ping's callback_url may point at (no SSRF). "*" allows any (development only).
+    allowed_callback_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost"])
+    max_page_bytes: int = 5 * 1024 * 1024
+    fetch_timeout_s: float = 10.0
+
+
+class IngestSettings(SourceSettings):
     """The ingest service: wiki pings, pushes, uploads, jobs."""
 
     model_config = _config("RAGBOT_INGEST_")
     host: str = "127.0.0.1"
     port: int = 8001
-    # Hosts a ping's callback_url may point at (no SSRF). "*" allows any (development only).
-    allowed_callback_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost"])
-    max_page_bytes: int = 5 * 1024 * 1024
-    fetch_timeout_s: float = 10.0
     max_upload_bytes: int = 20 * 1024 * 1024
     # Files per POST /v1/documents; pages per embedder.index_pages message of a bulk reindex.
     max_upload_files: int = Field(default=20, ge=1, le=1000)
@@ -122,9 +135,15 @@ class WorkerSettings(BaseSettings):
     # above the longest task. The worker looks for such messages every restore interval.
     visibility_timeout_s: int = Field(default=3600, ge=5)
     unacked_restore_interval_s: int = Field(default=10, ge=1)
-    # Contextual retrieval (off by default): an LLM (the chat LLM settings, RAGBOT_CHAT_LLM_*) writes
-    # one or two sentences situating each paragraph in its page; they are prepended to the paragraph
-    # before it is embedded and cached in Redis by content hash, so only new or changed paragraphs pay.
+
+
+class ContextualSettings(BaseSettings):
+    """The worker's contextual retrieval: whether it runs, and its budgets and cache lifetime."""
+
+    model_config = _config("RAGBOT_WORKER_")
+    # Contextual retrieval (off by default): an LLM (LLMSettings, RAGBOT_CHAT_LLM_*) writes one or two
+    # sentences situating each paragraph in its page; they are prepended to the paragraph before it is
+    # embedded and cached in Redis by content hash, so only new or changed paragraphs pay.
     contextual_retrieval: bool = False
     contextual_max_tokens: int = Field(default=96, ge=8, le=1024)
     contextual_document_chars: int = Field(default=8000, ge=500, le=200_000)
@@ -138,7 +157,6 @@ class RetrieverSettings(BaseSettings):
     model_config = _config("RAGBOT_RETRIEVER_")
     host: str = "127.0.0.1"
     port: int = 8002
-    default_retrieval_size: int = 50
     max_query_chars: int = 2000
     # Retrieval defaults, used when a request leaves them out (see ragbot.retrieval.fusion for the methods).
     default_mode: Literal["semantic", "lexical", "hybrid"] = "hybrid"
@@ -161,18 +179,10 @@ class RetrieverSettings(BaseSettings):
     embed_timeout_s: float = Field(default=30.0, gt=0)
 
 
-class ChatSettings(BaseSettings):
-    """The chat service: the LLM, sessions, answer modes, prompts and the Kol-Zchut contract."""
+class LLMSettings(BaseSettings):
+    """The LLM the chat service answers with (and the worker's contextual retrieval writes with)."""
 
     model_config = _config("RAGBOT_CHAT_")
-    host: str = "127.0.0.1"
-    port: int = 8003
-    retriever_url: str = "http://127.0.0.1:8002"
-    retriever_timeout_s: float = Field(default=30.0, gt=0)
-    # The ingest service, for the web UI's documents page (uploads, jobs, indexed pages) and how long
-    # the UI's proxy waits for it (uploads included).
-    ingest_url: str = "http://127.0.0.1:8001"
-    ingest_timeout_s: float = Field(default=120.0, gt=0)
     # The LLM: the embedded llama.cpp runtime (no server needed), Ollama, or any OpenAI-compatible server.
     llm_backend: Literal["llamacpp", "ollama", "openai"] = "llamacpp"
     # Model name sent to the server (ollama/openai); for llamacpp only a label (empty: the file's name).
@@ -197,6 +207,20 @@ class ChatSettings(BaseSettings):
     # Tokens llama.cpp processes per step across slots: smaller keeps streams flowing while another
     # request's prompt is read, larger reads long prompts a little faster.
     llamacpp_batch_tokens: int = Field(default=512, ge=32, le=8192)
+
+
+class ChatSettings(LLMSettings):
+    """The chat service: the LLM, sessions, answer modes, prompts and the Kol-Zchut contract."""
+
+    model_config = _config("RAGBOT_CHAT_")
+    host: str = "127.0.0.1"
+    port: int = 8003
+    retriever_url: str = "http://127.0.0.1:8002"
+    retriever_timeout_s: float = Field(default=30.0, gt=0)
+    # The ingest service, for the web UI's documents page (uploads, jobs, indexed pages) and how long
+    # the UI's proxy waits for it (uploads included).
+    ingest_url: str = "http://127.0.0.1:8001"
+    ingest_timeout_s: float = Field(default=120.0, gt=0)
     # Sessions in Redis: lifetime (refreshed on every turn), turns kept, turns sent to the LLM.
     session_ttl_s: int = Field(default=86400, ge=60)
     max_turns: int = Field(default=20, ge=1, le=1000)
@@ -212,7 +236,9 @@ class ChatSettings(BaseSettings):
     no_documents_answer: dict[str, str] = Field(default_factory=dict)
     # Retrieval for chat: candidates per branch, pages and paragraphs per page, minimum confidence 0..1.
     retrieval_size: int = Field(default=50, ge=1, le=1000)
-    paragraphs_per_page: list[int] = Field(default_factory=lambda: [3, 2, 1], min_length=1)
+    paragraphs_per_page: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_PARAGRAPHS_PER_PAGE), min_length=1
+    )
     relevance_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
     # Characters of paragraph text per answer (empty: 1000 for the small embedded model, 8000 otherwise).
     context_max_chars: int | None = Field(default=None, ge=200)
@@ -296,6 +322,12 @@ def get_model_settings() -> ModelSettings:
 
 
 @lru_cache
+def get_source_settings() -> SourceSettings:
+    """Page-fetching settings, read once per process."""
+    return SourceSettings()
+
+
+@lru_cache
 def get_ingest_settings() -> IngestSettings:
     """Ingest settings, read once per process."""
     return IngestSettings()
@@ -308,9 +340,21 @@ def get_worker_settings() -> WorkerSettings:
 
 
 @lru_cache
+def get_contextual_settings() -> ContextualSettings:
+    """Contextual retrieval settings, read once per process."""
+    return ContextualSettings()
+
+
+@lru_cache
 def get_retriever_settings() -> RetrieverSettings:
     """Retriever settings, read once per process."""
     return RetrieverSettings()
+
+
+@lru_cache
+def get_llm_settings() -> LLMSettings:
+    """LLM settings, read once per process."""
+    return LLMSettings()
 
 
 @lru_cache
@@ -331,9 +375,12 @@ def clear_settings_caches() -> None:
         get_redis_settings,
         get_store_settings,
         get_model_settings,
+        get_source_settings,
         get_ingest_settings,
         get_worker_settings,
+        get_contextual_settings,
         get_retriever_settings,
+        get_llm_settings,
         get_chat_settings,
         get_observability_settings,
     ):

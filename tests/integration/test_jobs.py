@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from ragbot.errors import DependencyUnavailable, NotFound
+from ragbot.errors import DependencyUnavailable, JobNotRetryable, NotFound
 from ragbot.messaging.events import EventPublisher, events_key
-from ragbot.messaging.jobs import JobNotRetryable, JobStore
+from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import TaskSender, create_celery_app, queue_keys
 from ragbot.schemas.jobs import JobKind, JobState
 from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage, PageDeleted, PageIndexed

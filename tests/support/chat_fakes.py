@@ -22,8 +22,7 @@ from typing import Any, Self
 
 import uvicorn
 
-from ragbot.errors import DependencyUnavailable
-from ragbot.llms.base import LLMError
+from ragbot.errors import DependencyUnavailable, LLMError
 from ragbot.ports import ChatMessage, TokenStream, Usage
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 

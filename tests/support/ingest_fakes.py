@@ -9,8 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ragbot.errors import DependencyUnavailable, NotFound
-from ragbot.messaging.jobs import JobNotRetryable
+from ragbot.errors import DependencyUnavailable, JobNotRetryable, NotFound
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 
 

@@ -336,3 +336,26 @@ def test_success_records_the_outcome(world: World) -> None:
         "detail": "indexed 4 paragraphs",
         "revision_id": 3,
     }
+
+
+def test_the_worker_app_runs_its_tasks_on_the_installed_runtime(world: World) -> None:
+    from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGES_TASK
+    from ragbot.settings import RedisSettings
+    from ragbot_embedder.runtime import RuntimeHolder
+    from ragbot_embedder.worker import create_worker_app
+
+    def never_built() -> Any:
+        raise AssertionError("the installed runtime is used, none is built")
+
+    holder = RuntimeHolder(never_built)
+    holder.install(cast(Any, FakeRuntime(world.ctx)))
+    app = create_worker_app(
+        redis_settings=RedisSettings(url="redis://127.0.0.1:1/0"),
+        worker_settings=WorkerSettings(max_retries=0),
+        runtime=holder,
+    )
+    assert {INDEX_PAGE_TASK, INDEX_PAGES_TASK, DELETE_PAGE_TASK} <= set(app.tasks)
+    assert holder.get().ctx is world.ctx
+    holder.install(None)
+    with pytest.raises(AssertionError, match="none is built"):
+        holder.get()

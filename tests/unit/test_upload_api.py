@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from fixtures.files.builders import make_docx, make_pdf, make_pptx, make_zip_bomb
 from support.ingest_fakes import FakeJobs, FakeSender
 
+from ragbot.errors import PartTooLarge
 from ragbot.indexing.folder import content_revision
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobKind, JobState
@@ -25,7 +26,7 @@ from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage
 from ragbot.settings import IngestSettings
 from ragbot_ingest.app import create_app
 from ragbot_ingest.deps import Resources
-from ragbot_ingest.multipart import PartTooLarge, read_multipart
+from ragbot_ingest.multipart import read_multipart
 from ragbot_ingest.upload_ids import UPLOAD_PAGE_ID_BASE
 
 CAP = 200_000

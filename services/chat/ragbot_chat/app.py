@@ -21,6 +21,7 @@ from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
 from ragbot.http.app import create_service_app
 from ragbot.llms import build_llm
+from ragbot.messaging.redis import build_redis
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
@@ -88,11 +89,7 @@ async def build_resources(
     llm = build_llm(settings=settings)
     await asyncio.to_thread(llm.warm_up)
     retriever = HttpRetriever(base_url=settings.retriever_url, timeout_s=settings.retriever_timeout_s)
-    redis_client = aioredis.Redis.from_url(
-        redis_settings.url,
-        socket_timeout=redis_settings.socket_timeout_s,
-        socket_connect_timeout=redis_settings.socket_timeout_s,
-    )
+    redis_client = build_redis(redis_settings)
     try:
         yield assemble(
             settings=settings,

@@ -2,10 +2,10 @@
 validation, retries, dead letters.
 
 Each task validates its message, runs the service function on the process's event loop and maps the
-result onto the job record. Source and dependency errors (wiki 5xx/timeouts, store or Redis down)
-are retried with exponential backoff and jitter up to ``WorkerSettings.max_retries``; after the last
-retry, or at once for input we will never accept, the job is dead-lettered with its error and attempt
-count. Nothing a message contains can crash the worker.
+result onto the job record. Source and dependency errors (wiki 5xx/timeouts, store or Redis down:
+``ragbot.errors.is_retryable``) are retried with exponential backoff and jitter up to
+``WorkerSettings.max_retries``; after the last retry, or at once for input we will never accept, the
+job is dead-lettered with its error and attempt count. Nothing a message contains can crash the worker.
 
 A batch (``index_pages``) may end partly done: its pages that failed for a retryable reason make the
 task retry (the pages already written are skipped on the next attempt), pages that failed for good
@@ -20,13 +20,13 @@ import random
 import re
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from celery import Celery, Task
 from celery.exceptions import Retry
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, SourceError
+from ragbot.errors import DependencyUnavailable, NotFound, PagesFailed, SourceError, is_retryable
 from ragbot.messaging.queue import task_request_id
 from ragbot.messaging.reindex import refresh_parent
 from ragbot.observability.logging import request_id_scope
@@ -41,19 +41,10 @@ from ragbot.schemas.messages import (
 )
 from ragbot.settings import WorkerSettings
 from ragbot_embedder import service
-
-if TYPE_CHECKING:
-    from ragbot_embedder.worker import Runtime
+from ragbot_embedder.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 C = TypeVar("C", bound=BaseModel)
-
-
-class PagesFailed(RagbotError):
-    """Some pages of a batch failed for good (the message lists them)."""
-
-
-RETRYABLE: tuple[type[Exception], ...] = (SourceError, DependencyUnavailable)
 
 
 def backoff_s(
@@ -135,11 +126,9 @@ class TaskRunner:
         final = attempt >= self.settings.max_retries
         try:
             result = rt.run(self.handler(ctx=rt.ctx, command=command, final=final))
-        except RETRYABLE as exc:
-            if not final:
+        except Exception as exc:  # bad input or a bug is dead-lettered at once: the worker stays alive
+            if is_retryable(exc) and not final:
                 self._retry(task, rt, job_id=job_id, attempt=attempt, reason=failure_reason(exc), error=exc)
-            return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
-        except Exception as exc:  # bad input or a bug: dead-letter it, keep the worker alive
             return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
         extra: dict[str, Any] = {}
         if result.progress is not None:

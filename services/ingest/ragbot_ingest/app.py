@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
-from redis.asyncio import Redis
 
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
 from ragbot.http.app import create_service_app
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import TaskSender, create_celery_app
+from ragbot.messaging.redis import build_redis
 from ragbot.ports import SearchStore
 from ragbot.settings import (
     IngestSettings,
@@ -63,11 +63,7 @@ async def build_resources(
     model_settings: ModelSettings,
 ) -> AsyncIterator[Resources]:
     """The composition root: Redis job records and upload ids, the Celery sender, the store for page state."""
-    redis = Redis.from_url(
-        redis_settings.url,
-        socket_timeout=redis_settings.socket_timeout_s,
-        socket_connect_timeout=redis_settings.socket_timeout_s,
-    )
+    redis = build_redis(redis_settings)
     celery = create_celery_app(
         redis_settings=redis_settings, queue=worker_settings.queue, name="ragbot-ingest"
     )

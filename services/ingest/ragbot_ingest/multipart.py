@@ -17,17 +17,9 @@ from typing import IO
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from ragbot.errors import ValidationFailed
+from ragbot.errors import PartTooLarge, ValidationFailed
 
-__all__ = ["FilePart", "MultipartForm", "PartTooLarge", "read_multipart"]
-
-
-class PartTooLarge(Exception):
-    """A file (or the whole body) is over its cap; ``what`` says which, for a 413."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
+__all__ = ["FilePart", "MultipartForm", "read_multipart"]
 
 
 @dataclass(slots=True)

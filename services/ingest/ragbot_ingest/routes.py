@@ -9,14 +9,19 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, st
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import ValidationFailed
-from ragbot.messaging.jobs import JobNotRetryable
+from ragbot.errors import (
+    BodyTooLarge,
+    JobNotRetryable,
+    PartTooLarge,
+    UploadsRefused,
+    ValidationFailed,
+)
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
 from ragbot_ingest.deps import JobsDep, ListerDep, SenderDep, SettingsDep, StoreDep, UploadIdsDep
-from ragbot_ingest.multipart import PartTooLarge, read_multipart
+from ragbot_ingest.multipart import read_multipart
 
 router = APIRouter(prefix="/v1")
 
@@ -206,7 +211,7 @@ async def upload_documents(
         accepted = await service.accept_uploads(
             uploads=uploads, max_bytes=cap, ids=ids, jobs=jobs, sender=sender
         )
-    except service.UploadsRefused as exc:
+    except UploadsRefused as exc:
         detail = [
             {"loc": ["body", "file", i], "msg": reason, "type": "value_error"} for i, reason in exc.reasons
         ]
@@ -273,7 +278,7 @@ async def reindex(
                 status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                 "send application/x-ndjson (one page per line), a multipart 'file', or application/json",
             )
-    except (service.BodyTooLarge, PartTooLarge) as exc:
+    except (BodyTooLarge, PartTooLarge) as exc:
         raise _too_large(str(exc)) from None
     try:
         record = await service.accept_reindex_pages(

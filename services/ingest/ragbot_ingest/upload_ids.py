@@ -15,10 +15,10 @@ Redis keys (under ``RedisSettings.key_prefix``)::
 from __future__ import annotations
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.indexing.folder import FILE_PAGE_ID_BASE, FILE_PAGE_ID_SLOTS
+from ragbot.messaging.redis import redis_guard
 
 UPLOAD_PAGE_ID_BASE = FILE_PAGE_ID_BASE + FILE_PAGE_ID_SLOTS
 UPLOAD_PAGE_ID_MAX = 2**31 - 1
@@ -46,7 +46,7 @@ class RedisUploadIds:
     async def page_id(self, *, key: str) -> int:
         """The page id of an upload key, handing out a new one the first time."""
         key = clean_key(key)
-        try:
+        with redis_guard("assign an upload page id"):
             known = await self.redis.hget(self.ids_key, key)
             if known is not None:
                 return int(known)
@@ -56,8 +56,6 @@ class RedisUploadIds:
             if await self.redis.hsetnx(self.ids_key, key, candidate):
                 return candidate
             winner = await self.redis.hget(self.ids_key, key)  # a concurrent upload of the same key
-        except RedisError as exc:
-            raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None
         if winner is None:
             raise DependencyUnavailable(f"upload key {key!r} vanished while assigning", dependency="redis")
         return int(winner)

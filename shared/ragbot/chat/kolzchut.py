@@ -17,9 +17,10 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import WatchError
 
-from ragbot.errors import DependencyUnavailable, ValidationFailed
+from ragbot.errors import ValidationFailed
+from ragbot.messaging.redis import redis_guard
 from ragbot.prompts import PromptLibrary, render
 
 logger = logging.getLogger(__name__)
@@ -134,12 +135,8 @@ class ConfigStore:
 
     async def get(self) -> KolZchutConfig:
         """The stored config, or the defaults (version 0) when none was ever set."""
-        try:
+        with redis_guard("read the Kol-Zchut config"):
             raw = await self.client.get(self.key)
-        except (RedisError, OSError) as exc:
-            raise DependencyUnavailable(
-                f"Redis failed reading the config: {exc}", dependency="redis"
-            ) from None
         if raw is None:
             return self.defaults
         try:
@@ -173,7 +170,7 @@ class ConfigStore:
         fields = candidate.model_dump(exclude={"version"})
         probe = KolZchutConfig(version=0, **fields)
         self.check(probe)
-        try:
+        with redis_guard("store the Kol-Zchut config"):
             async with self.client.pipeline(transaction=True) as pipe:
                 while True:
                     try:
@@ -190,10 +187,6 @@ class ConfigStore:
                         return stored
                     except WatchError:
                         continue
-        except (RedisError, OSError) as exc:
-            raise DependencyUnavailable(
-                f"Redis failed storing the config: {exc}", dependency="redis"
-            ) from None
 
     def _parse(self, raw: Any) -> KolZchutConfig:
         if raw is None:

@@ -34,8 +34,8 @@ from ragbot.chat.events import (
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
-from ragbot.errors import DependencyUnavailable, ValidationFailed
-from ragbot.llms.base import LLMError, complete, with_timeouts
+from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
+from ragbot.llms.base import complete, with_timeouts
 from ragbot.ports import ChatMessage, ChatModel
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse

@@ -14,19 +14,14 @@ sessions so that feedback and Kol-Zchut ratings can arrive later. Redis errors b
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, ValidationError
-from redis.exceptions import RedisError
 
 from ragbot.chat.schemas import LanguageChoice, Mode, Rating, SessionInfo, SessionView, Turn
-from ragbot.errors import DependencyUnavailable, NotFound
-
-R = TypeVar("R")
-REDIS = "redis"
+from ragbot.errors import NotFound
+from ragbot.messaging.redis import REDIS_ERRORS, redis_call
 
 
 def now_iso() -> str:
@@ -67,16 +62,6 @@ class _SessionRecord(BaseModel):
     updated_at: str
 
 
-async def redis_call(what: str, call: Callable[[], Awaitable[R]]) -> R:
-    """``call()``'s result; Redis errors become ``DependencyUnavailable("redis")`` naming ``what``."""
-    try:
-        return await call()
-    except RedisError as exc:
-        raise DependencyUnavailable(f"Redis failed on {what}: {exc}", dependency=REDIS) from None
-    except OSError as exc:
-        raise DependencyUnavailable(f"Redis is unreachable ({what}): {exc}", dependency=REDIS) from None
-
-
 class ChatStore:
     """Sessions, their turns and answered messages."""
 
@@ -108,7 +93,7 @@ class ChatStore:
         """True when Redis answers."""
         try:
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except REDIS_ERRORS:
             return False
 
     async def create_session(self, *, mode: Mode, language: LanguageChoice) -> SessionInfo:

@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import redis.asyncio as aioredis
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from ragbot.chat.sessions import redis_call
+from ragbot.messaging.redis import redis_call
 from ragbot.text import analyze
 
 DAY_COUNTER_TTL_S: Final = 2 * 86400

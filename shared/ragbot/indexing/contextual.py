@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from ragbot.errors import DependencyUnavailable, RagbotError
+from ragbot.messaging.redis import redis_guard
 from ragbot.ports import ChatMessage, ChatModel, StoredParagraph
 from ragbot.schemas.pages import Page
 
@@ -86,10 +86,8 @@ class RedisContextCache:
         """MGET of the keys."""
         if not keys:
             return []
-        try:
+        with redis_guard("read the context cache"):
             raws = await self.redis.mget([self.prefix + k for k in keys])
-        except RedisError as exc:
-            raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None
         return [r.decode("utf-8") if isinstance(r, bytes) else r for r in raws]
 
     async def set_many(self, items: Mapping[str, str]) -> None:
@@ -99,10 +97,8 @@ class RedisContextCache:
         pipe = self.redis.pipeline(transaction=False)
         for key, value in items.items():
             pipe.set(self.prefix + key, value, ex=self.ttl_s)
-        try:
+        with redis_guard("write the context cache"):
             await pipe.execute()
-        except RedisError as exc:
-            raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None
 
 
 @dataclass(slots=True)

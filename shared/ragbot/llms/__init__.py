@@ -1,6 +1,6 @@
 """LLM adapters behind the ``ChatModel`` port, and the one factory that picks them from settings.
 
-    llm = build_llm(settings=get_chat_settings())   # nothing loaded or connected yet
+    llm = build_llm(settings=get_llm_settings())    # nothing loaded or connected yet
     await asyncio.to_thread(llm.warm_up)
     async for piece in llm.stream(messages=[ChatMessage("user", "hi")]):
         ...
@@ -11,14 +11,15 @@ client) and ``openai`` (any OpenAI-compatible server over httpx).
 
 from __future__ import annotations
 
-from ragbot.llms.base import LLMError, complete, with_timeouts
+from ragbot.errors import LLMError
+from ragbot.llms.base import complete, with_timeouts
 from ragbot.ports import ChatModel, TokenStream, Usage
-from ragbot.settings import ChatSettings
+from ragbot.settings import LLMSettings
 
 __all__ = ["LLMError", "TokenStream", "Usage", "build_llm", "complete", "with_timeouts"]
 
 
-def build_llm(*, settings: ChatSettings) -> ChatModel:
+def build_llm(*, settings: LLMSettings) -> ChatModel:
     """The configured adapter, not yet warmed up."""
     if settings.llm_backend == "ollama":
         from ragbot.llms.ollama import OllamaChatModel

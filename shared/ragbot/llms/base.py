@@ -12,17 +12,8 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from ragbot.errors import DependencyUnavailable
+from ragbot.errors import LLMError
 from ragbot.ports import ChatMessage, TokenStream, Usage
-
-LLM_DEPENDENCY = "llm"
-
-
-class LLMError(DependencyUnavailable):
-    """The LLM failed, timed out or refused the request; the message says which and why."""
-
-    def __init__(self, message: str, *, dependency: str = LLM_DEPENDENCY) -> None:
-        super().__init__(message, dependency=dependency)
 
 
 def with_timeouts(stream: TokenStream, *, first_token_s: float, idle_s: float, total_s: float) -> TokenStream:

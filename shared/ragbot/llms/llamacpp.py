@@ -21,8 +21,8 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragbot.errors import ConfigurationError
-from ragbot.llms.base import LLMError, openai_chat_body, read_openai_chunk
+from ragbot.errors import ConfigurationError, LLMError
+from ragbot.llms.base import openai_chat_body, read_openai_chunk
 from ragbot.ports import ChatMessage, TokenStream, Usage
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ragbot.llms.base import LLMError, as_openai_messages
+from ragbot.errors import LLMError
+from ragbot.llms.base import as_openai_messages
 from ragbot.ports import ChatMessage, TokenStream, Usage
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from ragbot.llms.base import LLMError, openai_chat_body, read_openai_chunk
+from ragbot.errors import LLMError
+from ragbot.llms.base import openai_chat_body, read_openai_chunk
 from ragbot.ports import ChatMessage, TokenStream, Usage
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"

@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
-from ragbot.errors import DependencyUnavailable
+from ragbot.messaging.redis import redis_guard
 from ragbot.schemas.messages import PageDeleted, PageIndexed
 
 logger = logging.getLogger(__name__)
@@ -36,9 +35,6 @@ class EventPublisher:
             "page_id": event.page_id,
             "data": event.model_dump_json(),
         }
-        try:
+        with redis_guard(f"publish {event.type}"):
             entry = await self.redis.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
-        except RedisError as exc:
-            message = f"could not publish {event.type}: {exc}"
-            raise DependencyUnavailable(message, dependency="redis") from None
         return entry.decode() if isinstance(entry, bytes) else str(entry)

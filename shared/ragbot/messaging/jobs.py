@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import WatchError
 
-from ragbot.errors import DependencyUnavailable, NotFound, ValidationFailed
+from ragbot.errors import DependencyUnavailable, JobNotRetryable, NotFound
+from ragbot.messaging.redis import REDIS, redis_guard
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 
 logger = logging.getLogger(__name__)
@@ -33,10 +34,6 @@ DEFAULT_TTL_S = 7 * 24 * 3600
 _ENDED = frozenset({JobState.done, JobState.skipped})
 _UNSET: Final = object()
 _MAX_WATCH_TRIES = 50
-
-
-class JobNotRetryable(ValidationFailed):
-    """Only failed jobs can be re-queued."""
 
 
 def _now() -> datetime:
@@ -203,26 +200,25 @@ class JobStore:
         child_keys = [self.job_key(c) for c in children]
         for attempt in range(_MAX_WATCH_TRIES):
             try:
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    await pipe.watch(key, *child_keys)
-                    raw = await pipe.get(key)
-                    if not raw:
-                        raise NotFound(f"job {job_id} not found")
-                    previous = JobRecord.model_validate_json(raw)
-                    raws = await pipe.mget(child_keys) if child_keys else []
-                    kids = [JobRecord.model_validate_json(r) if r else None for r in raws]
-                    record = combine(previous, kids)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    self._queue_write(pipe, record, previous=previous)
-                    await pipe.execute()
-                    return record
+                with redis_guard(f"job {job_id}"):
+                    async with self.redis.pipeline(transaction=True) as pipe:
+                        await pipe.watch(key, *child_keys)
+                        raw = await pipe.get(key)
+                        if not raw:
+                            raise NotFound(f"job {job_id} not found")
+                        previous = JobRecord.model_validate_json(raw)
+                        raws = await pipe.mget(child_keys) if child_keys else []
+                        kids = [JobRecord.model_validate_json(r) if r else None for r in raws]
+                        record = combine(previous, kids)
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        self._queue_write(pipe, record, previous=previous)
+                        await pipe.execute()
+                        return record
             except WatchError:
                 # Another writer won the race: back off a little (jittered) and read again.
                 await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
                 continue
-            except RedisError as exc:
-                raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None
-        raise DependencyUnavailable(f"job {job_id}: too many concurrent updates", dependency="redis")
+        raise DependencyUnavailable(f"job {job_id}: too many concurrent updates", dependency=REDIS)
 
     async def _load(self, ids: list[str]) -> list[JobRecord]:
         return [r for r in await self.get_many(job_ids=ids) if r is not None]
@@ -248,7 +244,5 @@ class JobStore:
             pipe.zremrangebyscore(self.state_key(record.state), "-inf", score - self.ttl_s)
 
     async def _guard(self, awaitable: Awaitable[T]) -> T:
-        try:
+        with redis_guard("job records"):
             return await awaitable
-        except RedisError as exc:
-            raise DependencyUnavailable(f"redis: {exc}", dependency="redis") from None

@@ -33,6 +33,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ragbot.messaging.redis import REDIS_ERRORS, build_sync_redis
+
 logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -233,9 +235,7 @@ class RedisDepthCollector(Collector):
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(
-                self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
-            )
+            self._client = build_sync_redis(url=self.redis_url, timeout_s=self.timeout_s)
         return self._client
 
     def collect(self) -> Iterable[Metric]:
@@ -247,7 +247,7 @@ class RedisDepthCollector(Collector):
                 pipe.llen(key)
             pipe.llen(self.dead_letter_key)
             counts = [int(c) for c in pipe.execute()]
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning("metrics: redis unavailable for queue depth", extra={"error": str(exc)})
             up.add_metric([], 0.0)
             yield up

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragbot.errors import RerankError
 from ragbot.inference.precision import Precision
-from ragbot.rerankers.cross_encoder import CrossEncoderReranker, Device, RerankError
+from ragbot.rerankers.cross_encoder import CrossEncoderReranker, Device
 
 if TYPE_CHECKING:
     from ragbot.settings import ModelSettings, RetrieverSettings

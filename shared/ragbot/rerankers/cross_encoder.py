@@ -20,17 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from ragbot.errors import ConfigurationError, EmbeddingError
+from ragbot.errors import ConfigurationError, RerankError
 from ragbot.inference.precision import Precision, cast_model, resolve_precision
 from ragbot.rerankers.onnx import OnnxCrossEncoder
 
 logger = logging.getLogger(__name__)
 
 Device = Literal["auto", "cpu", "cuda"]
-
-
-class RerankError(EmbeddingError):
-    """The reranker failed to load or score (a model error, like an embedder's)."""
 
 
 class CrossEncoderReranker:

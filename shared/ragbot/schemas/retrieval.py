@@ -10,6 +10,9 @@ SearchMode = Literal["semantic", "lexical", "hybrid"]
 FusionMethod = Literal["rrf", "page_rrf", "score"]
 FilterValue = str | int | float | bool | list[str | int | float | bool]
 
+# Pages back, and at most this many paragraphs from each (kolzchut-ragbot's default): the API's and chat's.
+DEFAULT_PARAGRAPHS_PER_PAGE: tuple[int, ...] = (3, 2, 1)
+
 
 class RetrieveRequest(BaseModel):
     """A retrieval request; semantics follow kolzchut-ragbot's ``retrieve_documents``."""
@@ -17,7 +20,7 @@ class RetrieveRequest(BaseModel):
     query: str = Field(min_length=1, max_length=2000)
     retrieval_size: int = Field(default=50, ge=1, le=1000, description="candidates per branch")
     paragraphs_per_page: list[int] = Field(
-        default_factory=lambda: [3, 2, 1],
+        default_factory=lambda: list(DEFAULT_PARAGRAPHS_PER_PAGE),
         min_length=1,
         max_length=100,
         description="pages back, and at most this many paragraphs from each",

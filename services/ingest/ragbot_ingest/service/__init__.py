@@ -5,17 +5,17 @@ One module per kind of request: ``pages`` (pings, pushes, deletes, page state), 
 names what they need from outside (job records, upload ids, the command sender).
 """
 
+from ragbot.errors import BodyTooLarge, UploadsRefused
 from ragbot_ingest.service.jobs import retry_job
 from ragbot_ingest.service.pages import accept_delete, accept_ping, accept_push, list_pages, page_state
 from ragbot_ingest.service.ports import CommandSender, JobRepository, UploadIds
 from ragbot_ingest.service.reindex import (
-    BodyTooLarge,
     SpooledPages,
     accept_reindex_pages,
     accept_reindex_wiki,
     read_jsonl_pages,
 )
-from ragbot_ingest.service.uploads import AcceptedUpload, Upload, UploadsRefused, accept_uploads
+from ragbot_ingest.service.uploads import AcceptedUpload, Upload, accept_uploads
 
 __all__ = [
     "AcceptedUpload",

@@ -6,7 +6,7 @@ import logging
 
 from pydantic import BaseModel, ValidationError
 
-from ragbot.errors import ValidationFailed
+from ragbot.errors import JobNotRetryable, ValidationFailed
 from ragbot.messaging.reindex import batch_job_id
 from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
@@ -40,8 +40,6 @@ async def retry_job(*, job_id: str, jobs: JobRepository, sender: CommandSender) 
 
 
 async def _retry_reindex(*, record: JobRecord, jobs: JobRepository, sender: CommandSender) -> JobRecord:
-    from ragbot.messaging.jobs import JobNotRetryable
-
     count = int(record.payload.get("batches", 0))
     children = [await jobs.get(job_id=batch_job_id(record.job_id, n)) for n in range(count)]
     failed = [c for c in children if c is not None and c.state is JobState.failed]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tempfile import SpooledTemporaryFile
 from typing import IO, Any
 
-from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, ValidationFailed
+from ragbot.errors import BodyTooLarge, DependencyUnavailable, SourceError, SourceRefused, ValidationFailed
 from ragbot.messaging.reindex import ReindexRequest, WikiLister, batch_job_id, batches, page_from_line
 from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
@@ -19,10 +19,6 @@ from ragbot_ingest.service.ports import CommandSender, JobRepository
 from ragbot_ingest.service.queueing import enqueue, new_job_id
 
 logger = logging.getLogger(__name__)
-
-
-class BodyTooLarge(ValidationFailed):
-    """A body (or one of its lines) is over its cap: a 413."""
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ragbot.errors import ValidationFailed
+from ragbot.errors import UploadsRefused, ValidationFailed
 from ragbot.indexing.folder import content_revision
 from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord
@@ -38,14 +38,6 @@ class AcceptedUpload:
     key: str
     page: Page
     record: JobRecord
-
-
-class UploadsRefused(ValidationFailed):
-    """Some files of an upload cannot be indexed; ``reasons`` has one message per refused file."""
-
-    def __init__(self, reasons: Sequence[tuple[int, str]]) -> None:
-        super().__init__("; ".join(r for _, r in reasons), field="file")
-        self.reasons = list(reasons)
 
 
 async def accept_uploads(
