@@ -33,14 +33,14 @@ import numpy as np
 from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.errors import ValidationFailed
 from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore, StoredParagraph, Vector
-from ragbot.retrieval.engine import (
+from ragbot.retrieval import (
     BM25_BRANCH,
     Branch,
     RetrievalDefaults,
     RetrievalEngine,
     RetrievalResult,
 )
-from ragbot.retrieval.engine import strip_vector_fields as _strip
+from ragbot.retrieval import strip_vector_fields as _strip
 from ragbot.retrieval.fusion import DEFAULT_RRF_K
 from ragbot.retrieval.fusion import reciprocal_rank_fusion as _rrf
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, SearchMode
