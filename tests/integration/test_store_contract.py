@@ -29,9 +29,10 @@ from ragbot.errors import RagbotError, ValidationFailed
 from ragbot.ports import PageWrite, SearchHit, SearchStore, StoredParagraph, Vector
 from ragbot.settings import StoreSettings
 from ragbot.stores import build_store, doc_id
-from ragbot.stores import embedded as embedded_module
 from ragbot.stores.elasticsearch import ElasticsearchStore
-from ragbot.stores.embedded import EmbeddedStore, _Matrix
+from ragbot.stores.embedded import EmbeddedStore
+from ragbot.stores.embedded import schema as embedded_module
+from ragbot.stores.embedded.matrix import Matrix as _Matrix
 
 pytestmark = pytest.mark.integration
 

@@ -1,10 +1,10 @@
 """Retrieval: the engine that turns a query into grouped, fused (and optionally reranked) paragraphs."""
 
-from ragbot.retrieval.engine import (
+from ragbot.retrieval.engine import RetrievalEngine
+from ragbot.retrieval.results import (
     BM25_BRANCH,
     Branch,
     RetrievalDefaults,
-    RetrievalEngine,
     RetrievalResult,
     strip_vector_fields,
 )

@@ -14,14 +14,12 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from ragbot.definition import DocumentDefinition, VectorField, is_vector_field
+from ragbot.definition import DocumentDefinition, VectorField
 from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
 from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
 from ragbot.retrieval.fusion import (
-    DEFAULT_RRF_K,
     FusedHit,
     apply_relevance_threshold,
     apply_rerank,
@@ -31,101 +29,20 @@ from ragbot.retrieval.fusion import (
     group_ranked,
     page_order,
 )
+from ragbot.retrieval.results import (
+    BM25_BRANCH,
+    Branch,
+    RetrievalDefaults,
+    RetrievalResult,
+    candidate,
+    strip_vector_fields,
+)
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
-from ragbot.settings import RetrieverSettings
 
 log = logging.getLogger(__name__)
 
-BM25_BRANCH = "bm25"
 STAGES = ("embed", "dense", "bm25", "fusion", "rerank", "total")
 R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class RetrievalDefaults:
-    """What a request that leaves a knob out gets; built from ``RetrieverSettings``."""
-
-    mode: SearchMode = "hybrid"
-    fusion: FusionMethod = "rrf"
-    rrf_k: int = DEFAULT_RRF_K
-    bm25_weight: float = 1.0
-    rerank: bool = True
-    rerank_top_n: int = 20
-    rerank_min_score: float | None = None
-    rerank_gap_ratio: float | None = None
-    rerank_weight: float = 1.0
-    max_query_chars: int = 2000
-    store_timeout_s: float = 10.0
-    embed_timeout_s: float = 30.0
-    # page_rrf: count a page at every paragraph's rank (the seed's code) instead of its first one.
-    page_rrf_every_paragraph: bool = False
-
-    @classmethod
-    def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
-        """The service's configured defaults."""
-        return cls(
-            mode=settings.default_mode,
-            fusion=settings.default_fusion,
-            rrf_k=settings.rrf_k,
-            bm25_weight=settings.bm25_weight,
-            rerank=settings.default_rerank,
-            rerank_top_n=settings.rerank_top_n,
-            rerank_min_score=settings.rerank_min_score,
-            rerank_gap_ratio=settings.rerank_gap_ratio,
-            rerank_weight=settings.rerank_weight,
-            max_query_chars=settings.max_query_chars,
-            store_timeout_s=settings.store_timeout_s,
-            embed_timeout_s=settings.embed_timeout_s,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Branch:
-    """One ranked list the engine fuses: a dense (model, field) search or BM25."""
-
-    name: str
-    kind: Literal["dense", "bm25"]
-    weight: float
-    model: str | None = None
-    field: str | None = None
-
-
-@dataclass(slots=True)
-class RetrievalResult:
-    """Everything one retrieval produced, before it is shaped for HTTP or the compat API."""
-
-    query: str
-    mode: SearchMode
-    fusion: FusionMethod
-    rrf_k: float
-    branches: list[Branch]
-    candidates: dict[str, list[SearchHit]]
-    dropped_by_threshold: dict[str, int]
-    fused: list[FusedHit]
-    documents: list[FusedHit]
-    rerank_scores: list[tuple[FusedHit, float]] | None = None
-    rerank_kept: int | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def no_relevant_paragraphs(self) -> bool:
-        """True when the reranker found nothing above its floor."""
-        return self.rerank_kept == 0
-
-
-def strip_vector_fields(source: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a stored source without any ``*_vectors`` key."""
-    return {k: v for k, v in source.items() if not is_vector_field(k)}
-
-
-def _candidate(hit: SearchHit, title_field: str = "title") -> dict[str, Any]:
-    return {
-        "_id": hit.doc_id,
-        "score": hit.score,
-        "title": hit.source.get(title_field),
-        "page_id": hit.page_id,
-        "paragraph": hit.source.get("paragraph"),
-    }
 
 
 def _first_row(matrix: Vector) -> Vector:
@@ -267,7 +184,7 @@ class RetrievalEngine:
                 "field": b.field,
                 "weight": b.weight,
                 "dropped_by_threshold": result.dropped_by_threshold.get(b.name, 0),
-                "candidates": [_candidate(h) for h in result.candidates.get(b.name, [])],
+                "candidates": [candidate(h) for h in result.candidates.get(b.name, [])],
             }
         debug: dict[str, Any] = {
             "mode": result.mode,

@@ -4,7 +4,7 @@ Indices are ``<prefix>_<page_id // 1000>``: one per bucket of 1000 page ids, so 
 the corpus is cheap. kolzchut-ragbot used ``round(page_id / 1000)``, which puts pages 0-499 in bucket
 0 and 500-1499 in bucket 1; floor division gives 0-999 -> 0, 1000-1999 -> 1. Only the physical
 placement differs: every read goes to the pattern ``<prefix>_*``, so readers never see buckets.
-Indices written by the seed keep working for reads; a page moved between bucket rules is found and
+Indices written by kolzchut-ragbot keep working for reads; a page moved between bucket rules is found and
 replaced by page id across the pattern, never by index name.
 
 Caveat: the pattern ``<prefix>_*`` also matches the indices of a longer prefix that starts with

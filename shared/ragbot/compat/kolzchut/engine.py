@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ragbot.compat.kolzchut.loop import LoopThread
 from ragbot.compat.kolzchut.writes import update_page
@@ -15,14 +15,14 @@ from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.errors import ValidationFailed
 from ragbot.indexing.pipeline import IndexingPipeline
 from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore
-from ragbot.retrieval.engine import (
+from ragbot.retrieval import (
     BM25_BRANCH,
     Branch,
     RetrievalDefaults,
     RetrievalEngine,
     RetrievalResult,
 )
-from ragbot.retrieval.engine import strip_vector_fields as _strip
+from ragbot.retrieval import strip_vector_fields as _strip
 from ragbot.retrieval.fusion import DEFAULT_RRF_K
 from ragbot.retrieval.fusion import reciprocal_rank_fusion as _rrf
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, SearchMode
@@ -38,9 +38,6 @@ from ragbot.settings import (
 __all__ = ["Engine", "strip_vector_fields"]
 
 logger = logging.getLogger(__name__)
-R = TypeVar("R")
-# Keys ragbot derives itself; a document's own values for them are not stored as fields.
-_IDS = frozenset({"_id", "doc_id", "page_id", "revision_id", "paragraph"})
 
 
 def strip_vector_fields(source: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ragbot.indexing.pipeline import IndexingPipeline
 from ragbot.ports import PageWrite, SearchStore, StoredParagraph, Vector
-from ragbot.retrieval.engine import strip_vector_fields as _strip
+from ragbot.retrieval import strip_vector_fields as _strip
 
 # Keys ragbot derives itself; a document's own values for them are not stored as fields.
 _IDS = frozenset({"_id", "doc_id", "page_id", "revision_id", "paragraph"})

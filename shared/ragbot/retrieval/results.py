@@ -1,0 +1,103 @@
+"""What a retrieval is configured with and what it produces: defaults, branches, results, candidates."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ragbot.definition import is_vector_field
+from ragbot.ports import SearchHit
+from ragbot.retrieval.fusion import DEFAULT_RRF_K, FusedHit
+from ragbot.schemas.retrieval import FusionMethod, SearchMode
+from ragbot.settings import RetrieverSettings
+
+BM25_BRANCH = "bm25"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalDefaults:
+    """What a request that leaves a knob out gets; built from ``RetrieverSettings``."""
+
+    mode: SearchMode = "hybrid"
+    fusion: FusionMethod = "rrf"
+    rrf_k: int = DEFAULT_RRF_K
+    bm25_weight: float = 1.0
+    rerank: bool = True
+    rerank_top_n: int = 20
+    rerank_min_score: float | None = None
+    rerank_gap_ratio: float | None = None
+    rerank_weight: float = 1.0
+    max_query_chars: int = 2000
+    store_timeout_s: float = 10.0
+    embed_timeout_s: float = 30.0
+    # page_rrf: count a page at every paragraph's rank (kolzchut-ragbot's code) instead of its first one.
+    page_rrf_every_paragraph: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
+        """The service's configured defaults."""
+        return cls(
+            mode=settings.default_mode,
+            fusion=settings.default_fusion,
+            rrf_k=settings.rrf_k,
+            bm25_weight=settings.bm25_weight,
+            rerank=settings.default_rerank,
+            rerank_top_n=settings.rerank_top_n,
+            rerank_min_score=settings.rerank_min_score,
+            rerank_gap_ratio=settings.rerank_gap_ratio,
+            rerank_weight=settings.rerank_weight,
+            max_query_chars=settings.max_query_chars,
+            store_timeout_s=settings.store_timeout_s,
+            embed_timeout_s=settings.embed_timeout_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One ranked list the engine fuses: a dense (model, field) search or BM25."""
+
+    name: str
+    kind: Literal["dense", "bm25"]
+    weight: float
+    model: str | None = None
+    field: str | None = None
+
+
+@dataclass(slots=True)
+class RetrievalResult:
+    """Everything one retrieval produced, before it is shaped for HTTP or the compat API."""
+
+    query: str
+    mode: SearchMode
+    fusion: FusionMethod
+    rrf_k: float
+    branches: list[Branch]
+    candidates: dict[str, list[SearchHit]]
+    dropped_by_threshold: dict[str, int]
+    fused: list[FusedHit]
+    documents: list[FusedHit]
+    rerank_scores: list[tuple[FusedHit, float]] | None = None
+    rerank_kept: int | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def no_relevant_paragraphs(self) -> bool:
+        """True when the reranker found nothing above its floor."""
+        return self.rerank_kept == 0
+
+
+def strip_vector_fields(source: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a stored source without any ``*_vectors`` key."""
+    return {k: v for k, v in source.items() if not is_vector_field(k)}
+
+
+def candidate(hit: SearchHit, title_field: str = "title") -> dict[str, Any]:
+    """One branch candidate as the debug output lists it."""
+    return {
+        "_id": hit.doc_id,
+        "score": hit.score,
+        "title": hit.source.get(title_field),
+        "page_id": hit.page_id,
+        "paragraph": hit.source.get("paragraph"),
+    }
