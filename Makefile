@@ -41,10 +41,11 @@ test: setup deps ## start real Redis + Elasticsearch, run every test, stop what 
 test-unit: setup ## the fast tests: no services needed
 	$(UV) run pytest tests/unit $(PYTEST_ARGS)
 
-lint: ## ruff check, ruff format --check, mypy --strict
+lint: ## ruff check, ruff format --check, mypy --strict, the import layers (import-linter)
 	$(UV) run ruff check
 	$(UV) run ruff format --check
 	$(UV) run mypy --strict $(LINT_PATHS)
+	$(UV) run lint-imports --no-cache
 
 format: ## apply ruff's fixes and formatting
 	$(UV) run ruff check --fix

@@ -7,10 +7,10 @@
    the ratio is the median of the pairs, so both see the same machine load.
 2. ``index_speedup_vs_seed``: the pipeline over kolzchut-ragbot's method on the same pages and the same
    Elasticsearch: per page a delete, then for each paragraph one ``encode([text])`` and one ``index``
-   request (no bulk), then a refresh. The seed's model runs as the seed loads it
+   request (no bulk), then a refresh. kolzchut-ragbot's model runs as kolzchut-ragbot loads it
    (``SentenceTransformer(path)``: float32); the pipeline runs as ragbot configures it ("auto"
    precision: bfloat16 on a CPU with AMX). ``index_speedup_vs_seed_same_precision`` is the same
-   comparison with the seed's method given ragbot's model (the gain of batching and bulk writes alone).
+   comparison with kolzchut-ragbot's method given ragbot's model (the gain of batching and bulk writes alone).
 3. ``ping_to_searchable_p95_s``: real ingest and worker processes (Redis, Elasticsearch, a local wiki):
    a change ping for a 20-paragraph page until a count query on Elasticsearch sees the new revision.
 4. ``index_peak_rss_gb_5mb_page``: the worker's peak resident memory (VmHWM, its whole life, so the
@@ -127,20 +127,20 @@ def english_page(page_id: int, revision_id: int, *, paragraphs: int, words: int,
 
 
 async def in_process(*, es_url: str, pages: list[Page], rounds: int) -> dict[str, float | str]:
-    """Pipeline vs raw encode vs the seed's method, alternating, on one Elasticsearch index prefix."""
+    """Pipeline vs raw encode vs kolzchut-ragbot's method, alternating, on one Elasticsearch index prefix."""
     embedders = build_embedders(
         settings=ModelSettings(device="cpu", embed_batch_size=BATCH), definition=DEFINITION
     )
     embedder = embedders[MODEL]
     embedder.warm_up()
     model: Any = getattr(embedder, "_model")  # noqa: B009 - the raw SentenceTransformer, for encode()
-    # The seed's model as the seed loads it: float32, whatever the CPU.
-    seed_embedder = build_embedders(
+    # kolzchut-ragbot's model as kolzchut-ragbot loads it: float32, whatever the CPU.
+    kz_embedder = build_embedders(
         settings=ModelSettings(device="cpu", embed_batch_size=BATCH, precision="float32"),
         definition=DEFINITION,
     )[MODEL]
-    seed_embedder.warm_up()
-    seed_model: Any = getattr(seed_embedder, "_model")  # noqa: B009
+    kz_embedder.warm_up()
+    kz_model: Any = getattr(kz_embedder, "_model")  # noqa: B009
     settings = StoreSettings(
         backend="elasticsearch",
         es_url=es_url,
@@ -180,56 +180,56 @@ async def in_process(*, es_url: str, pages: list[Page], rounds: int) -> dict[str
             started = time.perf_counter()
             await service.write_pages(ctx=ctx, store=store, pages=pages, job_id=None)
             pipeline_s.append(time.perf_counter() - started)
-        seed_pages = pages[: max(2, len(pages) // 3)]
-        seed_count = sum(len(g) for g in prepared[: len(seed_pages)])
-        seed_runs: dict[str, float] = {}
-        for label, chosen in (("seed", seed_embedder), ("same_precision", embedder)):
+        kz_pages = pages[: max(2, len(pages) // 3)]
+        kz_count = sum(len(g) for g in prepared[: len(kz_pages)])
+        kz_runs: dict[str, float] = {}
+        for label, chosen in (("kolzchut", kz_embedder), ("same_precision", embedder)):
             started = time.perf_counter()
-            await seed_method(
+            await kolzchut_method(
                 store=cast(ElasticsearchStore, store),
                 embedder=chosen,
-                pages=seed_pages,
+                pages=kz_pages,
                 prefix=settings.es_index_prefix,
             )
-            seed_runs[label] = time.perf_counter() - started
-        seed_s = seed_runs["seed"]
+            kz_runs[label] = time.perf_counter() - started
+        kz_s = kz_runs["kolzchut"]
         started = time.perf_counter()
-        await service.write_pages(ctx=ctx, store=store, pages=seed_pages, job_id=None)
+        await service.write_pages(ctx=ctx, store=store, pages=kz_pages, job_id=None)
         ours_s = time.perf_counter() - started
-        # Where the seed's time goes: its model alone, one text per call and batched, on its texts.
-        seed_texts = [str(sp.fields["content"]) for group in prepared[: len(seed_pages)] for sp in group]
+        # Where kolzchut-ragbot's time goes: its model alone, one text per call and batched, on its texts.
+        kz_texts = [str(sp.fields["content"]) for group in prepared[: len(kz_pages)] for sp in group]
         started = time.perf_counter()
-        for text in seed_texts:
-            seed_model.encode([text], convert_to_numpy=True)
+        for text in kz_texts:
+            kz_model.encode([text], convert_to_numpy=True)
         one_by_one_s = time.perf_counter() - started
         started = time.perf_counter()
-        seed_model.encode(seed_texts, batch_size=BATCH, convert_to_numpy=True)
+        kz_model.encode(kz_texts, batch_size=BATCH, convert_to_numpy=True)
         batched_s = time.perf_counter() - started
     finally:
         await cast(ElasticsearchStore, store).drop_indices()
         await store.close()
         embedder.close()
-        seed_embedder.close()
+        kz_embedder.close()
     ratios = [(len(texts) / p) / (len(texts) / r) for r, p in zip(raw_s, pipeline_s, strict=True)]
     return {
         "index_throughput_vs_encode": round(statistics.median(ratios), 3),
-        "index_speedup_vs_seed": round(seed_s / ours_s, 2),
-        "index_speedup_vs_seed_same_precision": round(seed_runs["same_precision"] / ours_s, 2),
+        "index_speedup_vs_seed": round(kz_s / ours_s, 2),
+        "index_speedup_vs_seed_same_precision": round(kz_runs["same_precision"] / ours_s, 2),
         "precision": str(getattr(embedder, "resolved_precision", "")),
         "bench_pages": len(pages),
         "bench_paragraphs": count,
         "encode_paragraphs_per_s": round(len(texts) / statistics.median(raw_s), 1),
         "pipeline_paragraphs_per_s": round(count / statistics.median(pipeline_s), 1),
-        "seed_paragraphs_per_s": round(seed_count / seed_s, 2),
-        "seed_comparison_paragraphs": seed_count,
-        # The seed model's share of the seed's time, and the most batching that float32 model could
-        # gain over the seed on this machine (seed time / batched encode() of the same texts).
-        "seed_model_share": round(one_by_one_s / seed_s, 3),
-        "speedup_bound_batched_encode_vs_seed": round(seed_s / batched_s, 2),
+        "seed_paragraphs_per_s": round(kz_count / kz_s, 2),
+        "seed_comparison_paragraphs": kz_count,
+        # Its model's share of kolzchut-ragbot's time, and the most batching that float32 model could
+        # gain over kolzchut-ragbot on this machine (its time / batched encode() of the same texts).
+        "seed_model_share": round(one_by_one_s / kz_s, 3),
+        "speedup_bound_batched_encode_vs_seed": round(kz_s / batched_s, 2),
     }
 
 
-async def seed_method(
+async def kolzchut_method(
     *, store: ElasticsearchStore, embedder: Embedder, pages: Sequence[Page], prefix: str
 ) -> None:
     """kolzchut-ragbot's update_docs: delete the page, then embed and index each paragraph on its own."""
@@ -239,7 +239,7 @@ async def seed_method(
         paragraphs = prepare_paragraphs(
             page, definition=DEFINITION, embedders={MODEL: embedder}, max_tokens=512, link_targets="drop"
         )
-        # The seed's delete_by_query (the test distribution has no reindex module): same effect.
+        # kolzchut-ragbot's delete_by_query (the test distribution has no reindex module): same effect.
         await store.delete_page(page_id=page.page_id)
         for paragraph in paragraphs:
             paragraph.vectors[f"content_{MODEL}_vectors"] = embedder.embed_passages(

@@ -1,6 +1,6 @@
 """The document definition file (kolzchut-ragbot's JSON format): load, validate once, derive fields.
 
-Format (unchanged from the seed, with one backward-compatible extension: a model may embed a list
+Format (unchanged from kolzchut-ragbot, with one backward-compatible extension: a model may embed a list
 of fields)::
 
     {"identifier_field": "page_id",
@@ -41,7 +41,7 @@ class VectorField:
 
     @property
     def name(self) -> str:
-        """The stored vector field, named as the seed names it: ``<field>_<model>_vectors``."""
+        """The stored vector field, named as kolzchut-ragbot names it: ``<field>_<model>_vectors``."""
         return f"{self.field}_{self.model}{VECTOR_SUFFIX}"
 
 

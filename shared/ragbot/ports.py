@@ -95,7 +95,7 @@ class SearchStore(Protocol):
     async def knn(
         self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
     ) -> list[SearchHit]:
-        """Top-k by cosine; score is cosine + 1 (the seed's scale, 0..2)."""
+        """Top-k by cosine; score is cosine + 1 (kolzchut-ragbot's scale, 0..2)."""
 
     async def bm25(
         self, *, query: str, k: int, fields: Sequence[str] | None = None, filters: Filters | None = None

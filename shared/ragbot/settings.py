@@ -19,8 +19,10 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ragbot.inference.precision import Precision
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
+
+# The precision a torch model runs in (``ragbot.inference.precision`` resolves "auto").
+Precision = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -50,9 +52,9 @@ class StoreSettings(BaseSettings):
     es_shards: int = 1
     es_replicas: int = 0
     # Elasticsearch kNN. quantized (default): brute force over int8 copies, the best k x oversample per
-    # shard rescored on the float vectors (exact scores; the whole exact top 50 at 100k paragraphs,
-    # in 49 ms where exact took 68: docs/benchmarks.md); exact: brute-force cosine over every float
-    # vector (the seed's semantics); approximate: HNSW. The embedded store is always exact.
+    # shard rescored on the float vectors (exact scores; faster than exact with the same top 50:
+    # docs/benchmarks.md); exact: brute-force cosine over every float
+    # vector (kolzchut-ragbot's semantics); approximate: HNSW. The embedded store is always exact.
     vector_search: Literal["exact", "quantized", "approximate"] = "quantized"
     hnsw_num_candidates_factor: int = 10
     quantized_oversample: float = Field(default=3.0, ge=1.0, le=10.0)

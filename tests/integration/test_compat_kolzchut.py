@@ -1,7 +1,7 @@
 """The kolzchut-ragbot drop-in against real stores and the real packaged MiniLM model.
 
 Runs on the embedded store (a temporary SQLite file) and on the real Elasticsearch reached through
-an ``elasticsearch.Elasticsearch`` client, as the seed's consumers pass it. Each test gets its own
+an ``elasticsearch.Elasticsearch`` client, as kolzchut-ragbot's consumers pass it. Each test gets its own
 file or index prefix and removes it.
 """
 
@@ -68,7 +68,7 @@ PAGES: dict[int, tuple[str, list[str]]] = {
 
 
 class Configs:
-    """The seed's configuration object is duck-typed: only get_config()."""
+    """kolzchut-ragbot's configuration object is duck-typed: only get_config()."""
 
     def get_config(self) -> dict[str, str]:
         return {"paragraph_identifier": "paragraph"}
@@ -143,7 +143,7 @@ def index_all(engine: Engine) -> None:
         )
 
 
-def test_retrieve_documents_keeps_the_seed_shapes_and_semantics(engine: Engine) -> None:
+def test_retrieve_documents_keeps_kolzchut_ragbots_shapes_and_semantics(engine: Engine) -> None:
     index_all(engine)
     documents, scores, elapsed = engine.retrieve_documents(
         query="how do I claim unemployment benefit after losing my job",
@@ -167,7 +167,7 @@ def test_retrieve_documents_keeps_the_seed_shapes_and_semantics(engine: Engine) 
     first = candidates[0]
     assert {"doc", "title", "score", "page_id", "_id", "_source"} <= set(first)
     assert first["doc"] == first["title"] == "Unemployment benefits"
-    assert all(0.0 <= c["score"] <= 2.0 for c in candidates)  # cosine + 1, the seed's scale
+    assert all(0.0 <= c["score"] <= 2.0 for c in candidates)  # cosine + 1, kolzchut-ragbot's scale
     assert [c["score"] for c in candidates] == sorted((c["score"] for c in candidates), reverse=True)
     assert all(not k.endswith("_vectors") for c in candidates for k in c["_source"])
 

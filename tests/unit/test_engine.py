@@ -296,7 +296,7 @@ async def test_query_limits_come_from_defaults() -> None:
     assert err.value.field == "query"
 
 
-async def test_page_rrf_uses_pages_requested_as_k_and_the_seed_ordering() -> None:
+async def test_page_rrf_uses_pages_requested_as_k_and_kolzchut_ragbots_ordering() -> None:
     engine, _, _ = build()
     result = await engine.run(
         RetrieveRequest(

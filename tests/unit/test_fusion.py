@@ -29,10 +29,10 @@ def hit(page: int, par: int, score: float, **source: Any) -> SearchHit:
     )
 
 
-# -- reciprocal_rank_fusion: the seed's function, exactly ------------------------------------------
+# -- reciprocal_rank_fusion: kolzchut-ragbot's function, exactly ------------------------------------------
 
 
-def test_rrf_matches_the_seed_test() -> None:
+def test_rrf_matches_kolzchut_ragbots_test() -> None:
     assert reciprocal_rank_fusion([[1, 2, 3], [2, 3, 4], [3, 4, 5]]) == [3, 2, 4, 1, 5]
 
 
@@ -43,7 +43,7 @@ def test_rrf_scores_are_sum_of_weight_over_k_plus_rank_plus_one() -> None:
 
 
 def test_rrf_ties_keep_first_seen_order() -> None:
-    # x and y tie exactly (rank 0 once each); the seed's stable sort keeps insertion order.
+    # x and y tie exactly (rank 0 once each); kolzchut-ragbot's stable sort keeps insertion order.
     assert reciprocal_rank_fusion([["x"], ["y"]]) == ["x", "y"]
     assert reciprocal_rank_fusion([["y"], ["x"]]) == ["y", "x"]
 
@@ -52,12 +52,12 @@ def test_rrf_weights_change_the_winner() -> None:
     assert reciprocal_rank_fusion([["a"], ["b"]], k=60, weights=[1, 3]) == ["b", "a"]
 
 
-def test_rrf_empty_weights_mean_equal_weights_like_the_seed() -> None:
+def test_rrf_empty_weights_mean_equal_weights_like_kolzchut_ragbot() -> None:
     assert reciprocal_rank_fusion([[1, 2], [2, 1]], weights=[]) == reciprocal_rank_fusion([[1, 2], [2, 1]])
 
 
 def test_rrf_duplicates_in_a_list_count_at_each_rank() -> None:
-    # The seed fuses page ids, one per paragraph: a page with two paragraphs scores at both ranks.
+    # kolzchut-ragbot fuses page ids, one per paragraph: a page with two paragraphs scores at both ranks.
     scores = rrf_scores([[7, 7, 8]], k=3)
     assert scores[7] == pytest.approx(1 / 4 + 1 / 5)
     assert reciprocal_rank_fusion([[8, 7, 7]], k=3) == [7, 8]
@@ -110,7 +110,7 @@ def test_score_fusion_normalises_then_weights() -> None:
     assert [f.doc_id for f in fused] == ["1-1-0", "3-1-0", "2-1-0"]
 
 
-# -- the seed's page-level RRF ---------------------------------------------------------------------
+# -- kolzchut-ragbot's page-level RRF ---------------------------------------------------------------------
 
 
 def test_page_rrf_ranks_a_page_at_its_first_paragraph_with_k_as_pages_requested() -> None:
@@ -122,12 +122,12 @@ def test_page_rrf_ranks_a_page_at_its_first_paragraph_with_k_as_pages_requested(
     assert scores[30] == pytest.approx(2 / 4)
 
 
-def test_page_rrf_every_paragraph_is_the_seed_code_exactly() -> None:
+def test_page_rrf_every_paragraph_is_kolzchut_ragbots_code_exactly() -> None:
     model_a = [hit(10, 0, 1.9), hit(20, 0, 1.8), hit(10, 1, 1.7)]
     model_b = [hit(20, 3, 1.95), hit(30, 0, 1.6)]
     scores = page_rrf_scores({"a": model_a, "b": model_b}, k=2, every_paragraph=True)
     assert scores[10] == pytest.approx(1 / 3 + 1 / 5)
-    # Same order as the seed's own function over its duplicated page-id lists.
+    # Same order as kolzchut-ragbot's own function over its duplicated page-id lists.
     assert sorted(scores, key=lambda p: scores[p], reverse=True) == reciprocal_rank_fusion(
         [[10, 20, 10], [20, 30]], k=2
     )
@@ -155,7 +155,7 @@ def test_threshold_drops_weak_paragraphs_and_zero_keeps_all() -> None:
     assert apply_relevance_threshold(hits, 0) == hits
 
 
-def test_group_by_page_takes_pages_and_paragraph_counts_like_the_seed() -> None:
+def test_group_by_page_takes_pages_and_paragraph_counts_like_kolzchut_ragbot() -> None:
     by_page = {
         1: [hit(1, 0, 1), hit(1, 1, 1), hit(1, 2, 1), hit(1, 3, 1)],
         2: [hit(2, 0, 1), hit(2, 1, 1), hit(2, 2, 1)],

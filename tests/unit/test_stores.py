@@ -41,7 +41,7 @@ DIMS = {"content_m1_vectors": 384, "title_m2_vectors": 768, "content_m2_vectors"
 def test_doc_id_and_bucket_index() -> None:
     assert doc_id(123, 456, 7) == "123-456-7"
     assert index_name("ragbot", 0) == "ragbot_0"
-    assert index_name("ragbot", 999) == "ragbot_0"  # the seed's round() would say ragbot_1
+    assert index_name("ragbot", 999) == "ragbot_0"  # kolzchut-ragbot's round() would say ragbot_1
     assert index_name("ragbot", 1500) == "ragbot_1"
     assert index_pattern("ragbot") == "ragbot_*"
 

@@ -2,10 +2,10 @@
 
 WordPiece (BERT, MiniLM) and SentencePiece-unigram (XLM-R, e5) never let a token cross a whitespace
 boundary, so a text's length is the fixed overhead (special tokens, prefix) plus the sum of its
-words' lengths. Counting word by word with a cache is 5-15x faster than tokenizing whole paragraphs
-(Hebrew pages repeat their words heavily) and keeps splitting a 5 MB page to well under a second per
-model. Measured on the 39 Kol-Zchut pages: exact for MiniLM; for e5 exact except words glued to a
-U+200F mark, where it counts one token more (a safe over-estimate).
+words' lengths. Counting word by word with a cache is much faster than tokenizing whole paragraphs
+(Hebrew pages repeat their words heavily; figures in docs/benchmarks.md, "Design figures"). On the 39
+Kol-Zchut pages it is exact for MiniLM; for e5 exact except words glued to a U+200F mark, where it
+counts one token more (a safe over-estimate).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """One query at a time through ONNX Runtime: the retriever's query embedding without torch's overhead.
 
-A single short question costs MiniLM little arithmetic; in torch most of its 12 ms is Python
-dispatch over about a hundred modules, and inside the retriever, beside BM25 and the kNN searches on
-the same cores, it took 25-27 ms. The same transformer exported to ONNX (in memory, at ``warm_up``,
-from the local weights: nothing is downloaded) runs in about 7 ms, and ONNX Runtime releases the GIL.
+A single short question costs MiniLM little arithmetic; in torch most of its time is Python
+dispatch over about a hundred modules, and more so inside the retriever, beside BM25 and the kNN
+searches on the same cores. The same transformer exported to ONNX (in memory, at ``warm_up``, from the
+local weights: nothing is downloaded) skips that dispatch, and ONNX Runtime releases the GIL (figures
+in docs/benchmarks.md, "Design figures").
 
 Only plain models are exported: a SentenceTransformer of ``Transformer`` + ``Pooling`` (mean or CLS)
 [+ ``Normalize``]. Anything else (dense heads, other poolings) stays on torch, as does any model

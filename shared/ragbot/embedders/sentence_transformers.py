@@ -65,7 +65,7 @@ class SentenceTransformerEmbedder:
         # float32 on a CPU, where bfloat16 only pays off for batches (ragbot.inference.precision).
         self.batched = batched
         # "auto": a one-query-at-a-time process on a CPU runs queries through ONNX Runtime
-        # (ragbot.embedders.onnx_query), about 7 ms against torch's 12-27; "torch" never does.
+        # (ragbot.embedders.onnx_query, several times faster per query); "torch" never does.
         self.query_runtime = query_runtime
         self._onnx: OnnxQueryEncoder | None = None
         self._model: Any = None

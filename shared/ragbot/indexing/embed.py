@@ -6,8 +6,8 @@ Every (model, field) pair of the definition is embedded over the page's distinct
 field: ``content`` differs per paragraph, page-level fields such as ``title`` are the same text in
 every paragraph and are embedded once and shared. Calls take at most ``EMBED_CALL_TEXTS`` texts (or
 two of the model's batches) and, between calls, freed memory goes back to the OS: glibc otherwise
-keeps the allocator's high-water mark growing with every thousand texts of one call (+100 MB per
-thousand MiniLM paragraphs measured), and a 5 MB page would peak far above a short one.
+keeps the allocator's high-water mark growing with every thousand texts of one call
+(docs/benchmarks.md, "Design figures"), and a 5 MB page would peak far above a short one.
 
 Pages that arrive together (a bulk reindex batch, a folder) are embedded together:
 ``build_pages_paragraphs`` splits every page first (``prepare_paragraphs``), then embeds the

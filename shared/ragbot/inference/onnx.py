@@ -62,7 +62,7 @@ def cpu_session(graph: bytes, *, threads: int = 0) -> Any:
         options.intra_op_num_threads = threads
     options.log_severity_level = 3
     # No busy-waiting between runs: on a small box the spinning threads took the CPU that
-    # BM25, the dense search and the reranker needed (rerank 155 -> 190 ms p50).
+    # BM25, the dense search and the reranker needed (docs/benchmarks.md, "Design figures").
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])

@@ -19,7 +19,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
-Precision = Literal["auto", "float32", "bfloat16", "float16"]
+from ragbot.settings import Precision
+
 Resolved = Literal["float32", "bfloat16", "float16"]
 
 __all__ = ["Precision", "Resolved", "cast_model", "cpu_has_fast_bfloat16", "resolve_precision"]

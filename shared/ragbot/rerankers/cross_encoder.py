@@ -5,11 +5,10 @@ one). Scores are the model's sigmoid outputs, 0..1, so a score floor and a gap r
 (``RetrieverSettings.rerank_min_score`` / ``rerank_gap_ratio``) read as probabilities.
 
 A cross-encoder reads every (query, paragraph) pair whole, so its cost grows with candidates x
-tokens x layers: on two CPU cores 20 pairs of 192 tokens through 4 MiniLM layers take about half a
-second in float32. ``precision`` "auto" runs it in bfloat16 on a CPU with AMX (about 2.3x faster,
-scores correlate 0.999 with float32's: ``ragbot.inference.precision``) and float16 on CUDA. ``quantize=True``
-(int8 dynamic quantization of the linear layers, CPU only, wins over ``precision``) roughly halves
-float32's time; ``max_length`` caps the tokens per pair.
+tokens x layers (timings per size in docs/benchmarks.md). ``precision`` "auto" runs it in bfloat16
+on a CPU with AMX (scores close to float32's: ``ragbot.inference.precision``) and float16 on CUDA.
+``quantize=True`` (int8 dynamic quantization of the linear layers, CPU only, wins over ``precision``)
+is faster than float32 on a CPU; ``max_length`` caps the tokens per pair.
 """
 
 from __future__ import annotations

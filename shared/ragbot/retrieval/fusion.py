@@ -7,7 +7,7 @@ Three fusion methods, chosen per request or by ``RetrieverSettings.default_fusio
 - ``page_rrf``: kolzchut-ragbot's mode. Every ranked list is read as page ids (one per paragraph; a
   page ranks where its first paragraph stands), fused with ``k`` = number of pages requested; each
   top page then gives its paragraphs in order of their scores. ``every_paragraph=True`` counts a
-  page at every one of its paragraphs' ranks, as the seed's code summed duplicated page ids.
+  page at every one of its paragraphs' ranks, as kolzchut-ragbot's code summed duplicated page ids.
 - ``score``: min-max normalisation per list, then a weighted sum.
 """
 
@@ -53,7 +53,7 @@ class FusedHit:
 def rrf_scores(
     ranking_lists: Sequence[Sequence[T]], k: float = DEFAULT_RRF_K, weights: Sequence[float] | None = None
 ) -> dict[T, float]:
-    """Cumulative RRF score per identifier, in first-seen order (the seed's loop, kept for exact ties)."""
+    """Cumulative RRF score per identifier, in first-seen order (kolzchut-ragbot's loop: exact ties)."""
     if weights and len(weights) < len(ranking_lists):
         raise ValueError(f"{len(weights)} weights for {len(ranking_lists)} ranking lists")
     scores: dict[T, float] = defaultdict(float)
@@ -73,7 +73,7 @@ def reciprocal_rank_fusion(
 
 
 def apply_relevance_threshold(hits: Sequence[SearchHit], threshold: float) -> list[SearchHit]:
-    """Drop paragraphs scoring below ``threshold`` (seed scale: cosine + 1); 0 keeps every one."""
+    """Drop paragraphs scoring below ``threshold`` (kolzchut-ragbot's scale: cosine + 1); 0 keeps all."""
     if threshold <= 0:
         return list(hits)
     return [h for h in hits if h.score >= threshold]
@@ -154,10 +154,10 @@ def page_rrf_scores(
     weights: Mapping[str, float] | None = None,
     every_paragraph: bool = False,
 ) -> dict[int, float]:
-    """The seed's page fusion: each list read as page ids, one per paragraph, fused by RRF with ``k``.
+    """kolzchut-ragbot's page fusion: each list read as page ids, one per paragraph, fused by RRF with ``k``.
 
     A page's rank in a list is the position of its first paragraph there. ``every_paragraph=True``
-    also adds the ranks of its later paragraphs, as the seed's code summed its duplicated page ids
+    also adds the ranks of its later paragraphs, as kolzchut-ragbot's code summed its duplicated page ids
     (a page with many middling paragraphs then outranks one with a single excellent paragraph).
     """
     _check_weights(lists, weights)
@@ -219,8 +219,8 @@ def page_order(hits: Iterable[H], page_of: Callable[[H], int]) -> list[int]:
 def group_by_page(
     fused_pages: Sequence[int], hits_by_page: Mapping[int, Sequence[H]], paragraphs_per_page: Sequence[int]
 ) -> list[H]:
-    """The seed's trimming: the top ``len(paragraphs_per_page)`` pages, at most ``paragraphs_per_page[i]``
-    paragraphs from the i-th, in the order given, never the same paragraph twice."""
+    """kolzchut-ragbot's trimming: the top ``len(paragraphs_per_page)`` pages, at most
+    ``paragraphs_per_page[i]`` paragraphs from the i-th, in order, never the same paragraph twice."""
     if any(n < 0 for n in paragraphs_per_page):
         raise ValueError("paragraphs_per_page entries must be >= 0")
     chosen: list[H] = []

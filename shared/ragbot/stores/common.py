@@ -252,8 +252,7 @@ def bm25_fields(fields: Sequence[str] | None, *, text_fields: Sequence[str]) -> 
 # Elasticsearch only: one indexed field holding the analyzed default BM25 fields (title and content)
 # back to back. With every weight 1, BM25 over it is the BM25F of those fields (tf, length and the
 # documents having the term all add up the same way), and a plain term query over one field lets
-# Lucene skip the documents that cannot make the top k: 10 ms instead of combined_fields' 17-19 ms at
-# 100k paragraphs (docs/benchmarks.md).
+# Lucene skip the documents that cannot make the top k, which combined_fields cannot (docs/benchmarks.md).
 DEFAULT_BM25_FIELD = f"ragbot_default{BM25_SUFFIX}"
 
 

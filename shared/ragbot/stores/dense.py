@@ -1,14 +1,14 @@
 """Exact top-k by cosine over a big matrix, at half the memory traffic: screen in float16, rescore exact.
 
 An exact search reads every vector. At 100k rows x 384 dimensions that is 154 MB of float32 per
-query and field, about 7 ms on two cores even alone (memory bound). The embedded store therefore
-keeps a float16 copy of each matrix and searches in two steps:
+query and field, so the search is memory bound. The embedded store therefore keeps a float16 copy of
+each matrix and searches in two steps (timings in docs/benchmarks.md, "Design figures"):
 
-1. **Screen**: scores of every row from the float16 copy (torch's CPU kernels; 2 ms for the same
-   100k rows). For unit vectors each screened score is within ``SCREEN_ERROR`` of the exact one:
-   rounding q and v to float16 changes q.v by at most 2u * sum|q_i v_i| <= 2u (u = 2^-11, and
-   sum|q_i v_i| <= |q||v| = 1), the float16 output adds at most u, and torch accumulates in
-   float32 (384 terms add under 3e-5). Measured worst error: 3e-4 (positive-only vectors).
+1. **Screen**: scores of every row from the float16 copy (torch's CPU kernels). For unit vectors
+   each screened score is within ``SCREEN_ERROR`` of the exact one: rounding q and v to float16
+   changes q.v by at most 2u * sum|q_i v_i| <= 2u (u = 2^-11, and sum|q_i v_i| <= |q||v| = 1), the
+   float16 output adds at most u, and torch accumulates in float32 (384 terms add under 3e-5).
+   Measured worst error: 3e-4 (positive-only vectors).
 2. **Rescore**: every row whose screened score is within ``2 * SCREEN_ERROR`` of the k-th best
    screened score is scored again in float32 from the float32 matrix, and the top k come from
    those. A row outside that band cannot be in the exact top k (its exact score is below the

@@ -8,11 +8,11 @@
 Same calls, same return shapes (``retrieve_documents`` -> ``(top_k_documents, all_docs_and_scores,
 retrieval_time)``), same default semantics (dense search per model, page-level RRF with k = number of
 pages asked, ``paragraphs_per_page`` trimming, ``paragraph_relevance_threshold`` on the cosine + 1
-scale), without the seed's flaws: nothing loads at import, the factory builds lazily and never
+scale), without kolzchut-ragbot's flaws: nothing loads at import, the factory builds lazily and never
 ignores new arguments, tests can build engines freely. Every difference is listed in
 ``docs/migrating-from-kolzchut-ragbot.md``.
 
-The API is synchronous, like the seed's. The async engine and store run on a private event-loop
+The API is synchronous, like kolzchut-ragbot's. The async engine and store run on a private event-loop
 thread owned by each ``Engine`` (``Engine.close()`` stops it), so the API may be called from plain
 code, from worker threads, or from ``asyncio.to_thread`` inside an async app.
 """

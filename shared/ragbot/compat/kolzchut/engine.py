@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 def strip_vector_fields(source: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a stored ``_source`` without any ``*_vectors`` key (as the seed's function)."""
+    """A copy of a stored ``_source`` without any ``*_vectors`` key (as kolzchut-ragbot's function)."""
     return _strip(source)
 
 
@@ -66,9 +66,9 @@ class Engine:
 
     Nothing heavy happens here: the store is opened and the models are loaded on the first call
     (or on ``warm_up()``). Pass ``store``/``embedders``/``definition`` to inject your own adapters.
-    ``mode``/``fusion`` default to the seed's semantics (dense only, page-level RRF); use
-    ``mode="hybrid"`` to add the BM25 branch. ``page_rrf_every_paragraph=True`` reproduces the
-    seed code's page scores exactly (a page counted at each of its paragraphs' ranks).
+    ``mode``/``fusion`` default to kolzchut-ragbot's semantics (dense only, page-level RRF); use
+    ``mode="hybrid"`` to add the BM25 branch. ``page_rrf_every_paragraph=True`` reproduces
+    kolzchut-ragbot's page scores exactly (a page counted at each of its paragraphs' ranks).
     """
 
     def __init__(
@@ -93,7 +93,7 @@ class Engine:
         self._model_settings = model_settings or get_model_settings()
         self._store_settings = store_settings or get_store_settings()
         self._retriever_settings = retriever_settings or get_retriever_settings()
-        # The definition file is small JSON: read it now so a bad one fails fast, as in the seed.
+        # The definition file is small JSON: read it now so a bad one fails fast, as in kolzchut-ragbot.
         self.definition = definition or load_definition(self._model_settings.document_definition)
         self.field_for_answer = self.definition.field_for_llm
         self.identifier_field = self.definition.identifier_field
@@ -180,7 +180,7 @@ class Engine:
             defaults=defaults,
         )
 
-    # -- the seed's API -------------------------------------------------------------------------
+    # -- kolzchut-ragbot's API -------------------------------------------------------------------------
 
     @staticmethod
     def reciprocal_rank_fusion(
@@ -188,7 +188,7 @@ class Engine:
         k: float = DEFAULT_RRF_K,
         weights: Sequence[float] | None = None,
     ) -> list[Any]:
-        """Fuse ranked id lists: ``score = sum weight / (k + rank + 1)``, best first (the seed's function)."""
+        """Fuse ranked id lists: ``score = sum weight / (k + rank + 1)``, best first (as kolzchut-ragbot)."""
         return _rrf(ranking_lists, k=k, weights=weights)
 
     def retrieve_documents(
@@ -234,11 +234,11 @@ class Engine:
         engine = await self._ensure()
         try:
             return await engine.run(request)
-        except ValidationFailed as exc:  # the seed's callers expect ValueError for bad arguments
+        except ValidationFailed as exc:  # kolzchut-ragbot's callers expect ValueError for bad arguments
             raise ValueError(f"{exc.field}: {exc}") from exc
 
     def _branch_key(self, branch: Branch) -> str:
-        """The seed keys debug lists by model; a model embedding several fields gets one per field."""
+        """kolzchut-ragbot keys debug lists by model; a model embedding several fields gets one per field."""
         if branch.kind == "bm25" or branch.model is None:
             return BM25_BRANCH
         if len(self.definition.models[branch.model]) == 1:
@@ -257,7 +257,7 @@ class Engine:
     def _candidate(self, hit: SearchHit) -> dict[str, Any]:
         title = hit.source.get("title")
         return {
-            "doc": title,  # the seed's original key for the title
+            "doc": title,  # kolzchut-ragbot's original key for the title
             "title": title,
             "score": hit.score,
             "page_id": hit.page_id,
@@ -271,7 +271,7 @@ class Engine:
         embed_only_fields: Iterable[str] | None = None,
         delete_existing: bool = False,
     ) -> None:
-        """Embed and index the paragraphs of ONE page (a mix of pages is a ValueError, as in the seed).
+        """Embed and index the paragraphs of ONE page (a mix of pages is a ValueError, as in kolzchut-ragbot).
 
         ``embed_only_fields`` limits which fields get vectors (empty or None: every embedded field);
         ``delete_existing=True`` replaces the page's indexed copy, False appends to it.

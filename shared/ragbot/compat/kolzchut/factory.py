@@ -50,7 +50,7 @@ def engine_factory(
 ) -> Engine:
     """The shared ``Engine`` for these arguments, built lazily (nothing loads until first use).
 
-    Unlike the seed's global singleton, the cache is keyed by the arguments' identities: calling
+    Unlike kolzchut-ragbot's global singleton, the cache is keyed by the arguments' identities: calling
     again with the same objects returns the same engine (so the models load once), calling with
     different ones builds a new engine instead of silently ignoring them. The cache holds the
     arguments, so their identities stay unique; ``clear_engine_cache()`` empties it. Tests can also
@@ -75,7 +75,7 @@ def _engine_for_client(es_client: Any) -> Engine:
 
 
 def es_client_factory(es_client: Any = None) -> Model:
-    """The seed's low-level writer for ``es_client``; it shares the engine built for that client."""
+    """kolzchut-ragbot's low-level writer for ``es_client``; it shares the engine built for that client."""
     return Model(es_client)
 
 
