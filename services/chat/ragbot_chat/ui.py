@@ -1,5 +1,8 @@
-"""The web UI: three pages (chat ``/``, documents ``/documents``, admin ``/admin``) as static files, and
-thin same-origin proxies to the ingest service and the retriever so the browser talks only to chat.
+"""The web UI: the chat, documents and admin pages as static files, and same-origin proxies to ingest
+and the retriever.
+
+The pages are chat ``/``, documents ``/documents`` and admin ``/admin``; the proxies let the browser
+talk only to chat.
 
 The pages are plain HTML, JavaScript modules and CSS under ``static/`` (no build step, nothing from a
 CDN). The chat page uses the own API (``/v1/sessions``...) and the admin page the Kol-Zchut

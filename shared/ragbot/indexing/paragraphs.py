@@ -30,14 +30,14 @@ pieces are charged it once, so specials are never counted twice. Every piece of 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from ragbot.errors import ConfigurationError
+from ragbot.indexing.budget import TokenBudget, TokenCounter
 from ragbot.schemas.pages import Page
 
-TokenCounter = Callable[[str], int]
 Strategy = Literal["structure", "window"]
 LinkTargets = Literal["keep", "drop"]
 STRATEGIES: tuple[str, ...] = ("structure", "window")
@@ -45,9 +45,6 @@ STRATEGIES: tuple[str, ...] = ("structure", "window")
 DEFAULT_LINK_TARGETS: LinkTargets = "drop"
 DEFAULT_PARAGRAPH_TOKENS = 512
 
-# No paragraph longer than this many characters per token of budget: a guard against text that a
-# tokenizer maps to a handful of [UNK] tokens (a megabyte without spaces is one "word" to BERT).
-MAX_CHARS_PER_TOKEN = 24
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 _SETEXT = re.compile(r"^ {0,3}(?:(=+)|(?:- )?(-{2,}))[ \t]*$")
@@ -81,7 +78,7 @@ def split_page(
     link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
 ) -> list[ParagraphText]:
     """Paragraphs of a page, each within ``max_tokens`` for every counter, in reading order."""
-    budget = _Budget(token_counters, max_tokens)
+    budget = TokenBudget(token_counters, max_tokens)
     if link_targets == "drop":
         page = drop_link_targets(page)
     elif link_targets != "keep":
@@ -113,69 +110,7 @@ def drop_link_targets(page: Page) -> Page:
     return page.model_copy(update=update)
 
 
-# --- budget -------------------------------------------------------------------------------------
-
-
-def _count_words(text: str) -> int:
-    return len(text.split())
-
-
-class _Budget:
-    """Per-counter overheads and the token limit; sizes are token counts without the overhead.
-
-    ``reserved`` is room kept in every paragraph for a repeated table header.
-    """
-
-    def __init__(
-        self,
-        counters: Sequence[TokenCounter],
-        max_tokens: int,
-        *,
-        overheads: tuple[int, ...] | None = None,
-        reserved: tuple[int, ...] | None = None,
-        max_chars: int | None = None,
-    ) -> None:
-        self.counters: tuple[TokenCounter, ...] = tuple(counters) or (_count_words,)
-        self.limit = max_tokens
-        self.max_chars = max_tokens * MAX_CHARS_PER_TOKEN if max_chars is None else max_chars
-        self.overheads = (
-            tuple(max(0, 2 * c("a") - c("a a")) for c in self.counters) if overheads is None else overheads
-        )
-        self.reserved = reserved or tuple(0 for _ in self.counters)
-        self.room = min(max_tokens - o - r for o, r in zip(self.overheads, self.reserved, strict=True))
-        if self.room <= 0 and reserved is None:
-            raise ConfigurationError(
-                f"max_tokens {max_tokens} leaves no room for text "
-                f"(the models need {max(self.overheads)} special tokens)"
-            )
-
-    def sizes(self, text: str) -> tuple[int, ...]:
-        """Tokens of ``text`` per counter, without the fixed overhead."""
-        return tuple(max(0, c(text) - o) for c, o in zip(self.counters, self.overheads, strict=True))
-
-    def fits(self, sizes: Sequence[int], chars: int) -> bool:
-        """True when text of these sizes stays within the limit for every counter."""
-        if chars > self.max_chars:
-            return False
-        return all(
-            o + r + s <= self.limit for o, r, s in zip(self.overheads, self.reserved, sizes, strict=True)
-        )
-
-    def text_fits(self, text: str) -> bool:
-        """Exact check of a whole text, counted afresh."""
-        if len(text) > self.max_chars:
-            return False
-        return all(c(text) + r <= self.limit for c, r in zip(self.counters, self.reserved, strict=True))
-
-    def keeping(self, sizes: Sequence[int], chars: int) -> _Budget:
-        """The same counters with room kept for text repeated in every paragraph (a table header)."""
-        return _Budget(
-            self.counters,
-            self.limit,
-            overheads=self.overheads,
-            reserved=tuple(r + s for r, s in zip(self.reserved, sizes, strict=True)),
-            max_chars=self.max_chars - chars,
-        )
+# --- units and blocks ---------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -199,7 +134,7 @@ class _Block:
 Chunk = tuple[str, str, str | None]  # text, heading path, location
 
 
-def _split_structure(page: Page, budget: _Budget) -> list[Chunk]:
+def _split_structure(page: Page, budget: TokenBudget) -> list[Chunk]:
     out: list[Chunk] = []
     if page.blocks is not None:
         section: list[_Block] = []
@@ -314,7 +249,9 @@ def _flush(lines: list[str], path: str) -> Iterator[tuple[str, _Block]]:
             yield path, _Block(text, in_table)
 
 
-def _pack_section(blocks: list[_Block], heading: str, location: str | None, budget: _Budget) -> list[Chunk]:
+def _pack_section(
+    blocks: list[_Block], heading: str, location: str | None, budget: TokenBudget
+) -> list[Chunk]:
     units: list[_Unit] = []
     for block in blocks:
         if not block.text.strip():
@@ -329,7 +266,7 @@ def _pack_section(blocks: list[_Block], heading: str, location: str | None, budg
 # --- fitting: cut a text until every piece fits --------------------------------------------------
 
 
-def _fit(text: str, sep: str, budget: _Budget, level: int) -> list[_Unit]:
+def _fit(text: str, sep: str, budget: TokenBudget, level: int) -> list[_Unit]:
     """``text`` as one unit when it fits, else cut at the next finer boundary (lines, sentences...)."""
     if len(text) <= budget.max_chars:  # longer text cannot fit: do not pay to count it whole
         sizes = budget.sizes(text)
@@ -353,7 +290,7 @@ def _cut(text: str, level: int) -> tuple[list[str], str]:
     return text.split(), " "
 
 
-def _cut_chars(text: str, sep: str, budget: _Budget) -> list[_Unit]:
+def _cut_chars(text: str, sep: str, budget: TokenBudget) -> list[_Unit]:
     """Last resort for one enormous "word": cut by characters, each cut sized by the last one."""
     units: list[_Unit] = []
     take = min(budget.max_chars, budget.room * 4)
@@ -372,7 +309,7 @@ def _cut_chars(text: str, sep: str, budget: _Budget) -> list[_Unit]:
     return units
 
 
-def _table_units(text: str, budget: _Budget) -> list[_Unit]:
+def _table_units(text: str, budget: TokenBudget) -> list[_Unit]:
     """A table whole when it fits; else row groups that each repeat the header."""
     text = text.strip()
     sizes = budget.sizes(text)
@@ -405,7 +342,7 @@ def _table_units(text: str, budget: _Budget) -> list[_Unit]:
 # --- packing ------------------------------------------------------------------------------------
 
 
-def _pack(units: list[_Unit], budget: _Budget) -> list[str]:
+def _pack(units: list[_Unit], budget: TokenBudget) -> list[str]:
     """Greedy: add units while the summed sizes fit; each packed text is checked once, exactly."""
     out: list[str] = []
     group: list[_Unit] = []
@@ -430,7 +367,7 @@ def _join(units: Sequence[_Unit]) -> str:
     return units[0].text + "".join(u.sep + u.text for u in units[1:])
 
 
-def _emit(group: list[_Unit], budget: _Budget) -> list[str]:
+def _emit(group: list[_Unit], budget: TokenBudget) -> list[str]:
     text = _join(group)
     if len(group) == 1 or budget.text_fits(text):
         return [text]
@@ -450,7 +387,7 @@ def _emit(group: list[_Unit], budget: _Budget) -> list[str]:
 # --- sliding window -----------------------------------------------------------------------------
 
 
-def _split_windows(page: Page, budget: _Budget, size: int, overlap: int) -> list[Chunk]:
+def _split_windows(page: Page, budget: TokenBudget, size: int, overlap: int) -> list[Chunk]:
     sources: list[tuple[str, str, str | None]] = (
         [(b.text, b.heading.strip(), b.location) for b in page.blocks]
         if page.blocks is not None
