@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from redis.asyncio import Redis
 from support.chat_fakes import FakeOpenAI
 from support.fake_wiki import FakeWiki
-from support.hash_embedder import HashEmbedder
+from support.fakes import HashEmbedder
 
 from ragbot.definition import parse_definition
 from ragbot.indexing.contextual import Contextualizer, RedisContextCache

@@ -19,8 +19,7 @@ from celery.exceptions import Retry
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from support.chat_fakes import serve_app
-from support.hash_embedder import HashEmbedder
-from support.ingest_fakes import FakeJobs, FakeSender
+from support.fakes import FakeJobs, FakeSender, HashEmbedder
 
 from ragbot.cli import main as cli
 from ragbot.cli.reindex import follow

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 from fastapi.testclient import TestClient
 from fixtures.files.builders import make_docx, make_pdf, make_pptx, make_zip_bomb
-from support.ingest_fakes import FakeJobs, FakeSender
+from support.fakes import FakeJobs, FakeSender
 
 from ragbot.indexing.folder import content_revision
 from ragbot.ports import SearchStore
