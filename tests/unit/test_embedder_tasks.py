@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 from celery.exceptions import Retry
 from prometheus_client import CollectorRegistry
-from support.fakes import FakeEvents, FakeJobs, FakeSource, FakeTask, MemoryStore
+from support.fakes import FakeEvents, FakeJobs, FakeRuntime, FakeSource, FakeTask, MemoryStore
 
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, StoreUnavailable
 from ragbot.messaging.events import EventPublisher
@@ -148,14 +147,6 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
 )
 def test_failure_reasons(exc: Exception, reason: str) -> None:
     assert failure_reason(exc) == reason
-
-
-@dataclass
-class FakeRuntime:
-    ctx: service.IndexingContext
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run(coro)
 
 
 def runner(world: World, handler: Any, *, max_retries: int = 2) -> TaskRunner:

@@ -3,7 +3,6 @@ the worker's batch handler (micro-batching, partial failures) and the ``ragbot r
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -19,7 +18,16 @@ from celery.exceptions import Retry
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from support.chat_fakes import serve_app
-from support.fakes import FakeEvents, FakeJobs, FakeSender, FakeSource, FakeTask, HashEmbedder, MemoryStore
+from support.fakes import (
+    FakeEvents,
+    FakeJobs,
+    FakeRuntime,
+    FakeSender,
+    FakeSource,
+    FakeTask,
+    HashEmbedder,
+    MemoryStore,
+)
 
 from ragbot.cli import main as cli
 from ragbot.cli.reindex import follow
@@ -469,7 +477,7 @@ def test_partial_batch_retries_then_dead_letters_and_refreshes_the_parent(batch:
         parent_job_id="p",
         refs=[PageRef(page_id=i, callback_url=CALLBACK) for i in (1, 2)],
     ).model_dump(mode="json")
-    runtime = cast(Any, type("Rt", (), {"ctx": batch.ctx, "run": staticmethod(asyncio.run)})())
+    runtime = cast(Any, FakeRuntime(batch.ctx))
     runner = TaskRunner(
         name=INDEX_PAGES_TASK,
         model=IndexPages,

@@ -6,13 +6,14 @@ from support.fakes.messaging import FakeEvents, FakeSender
 from support.fakes.reranker import FakeReranker
 from support.fakes.source import FakeSource
 from support.fakes.store import MemoryStore
-from support.fakes.tasks import FakeRequest, FakeTask
+from support.fakes.tasks import FakeRequest, FakeRuntime, FakeTask
 
 __all__ = [
     "FakeEvents",
     "FakeJobs",
     "FakeRequest",
     "FakeReranker",
+    "FakeRuntime",
     "FakeSender",
     "FakeSource",
     "FakeTask",

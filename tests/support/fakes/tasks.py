@@ -1,10 +1,17 @@
-"""The one test fake of a bound Celery task, as ``TaskRunner`` reads it: a retry count and ``retry``."""
+"""The test fakes of what ``TaskRunner`` runs with: a bound Celery task and a worker runtime."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from celery.exceptions import Retry
+
+from ragbot_embedder.service import IndexingContext
+
+T = TypeVar("T")
 
 
 class FakeRequest:
@@ -26,3 +33,14 @@ class FakeTask:
         """Celery's ``Task.retry`` without a broker."""
         self.retried.append(kwargs)
         return Retry("retry", when=kwargs.get("countdown"))
+
+
+@dataclass
+class FakeRuntime:
+    """A worker's ``Runtime`` without a worker process: the context, each coroutine on a fresh loop."""
+
+    ctx: IndexingContext
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run the coroutine to completion."""
+        return asyncio.run(coro)
