@@ -7,9 +7,11 @@ from support.fakes.reranker import FakeReranker
 from support.fakes.source import FakeSource
 from support.fakes.store import MemoryStore
 from support.fakes.tasks import FakeRequest, FakeRuntime, FakeTask
+from support.fakes.uploads import FakeIds
 
 __all__ = [
     "FakeEvents",
+    "FakeIds",
     "FakeJobs",
     "FakeRequest",
     "FakeReranker",
