@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from redis.asyncio import Redis
 from support.chat_fakes import FakeOpenAI
 from support.fake_wiki import FakeWiki
-from support.hash_embedder import HashEmbedder
+from support.fakes import FakeSender, FakeTask, HashEmbedder
 
 from ragbot.definition import parse_definition
 from ragbot.indexing.contextual import Contextualizer, RedisContextCache
@@ -81,16 +81,6 @@ def wiki_page(page_id: int, revision_id: int, paragraphs: int, word: str = "text
         "url": f"https://wiki.example/{page_id}",
         "content": body,
     }
-
-
-class FakeTask:
-    """What TaskRunner reads from a Celery task: the retry count, and ``retry``."""
-
-    def __init__(self, retries: int = 0) -> None:
-        self.request = type("Request", (), {"retries": retries, "request_id": None})()
-
-    def retry(self, **kwargs: Any) -> Retry:
-        return Retry("retry", when=kwargs.get("countdown"))
 
 
 @dataclass
@@ -263,41 +253,35 @@ def test_a_page_that_left_scope_and_a_delete_remove_it(world: World) -> None:
     ]
 
 
-@dataclass
-class Sent:
-    commands: list[IndexPages]
-
-    async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
-        assert task == INDEX_PAGES_TASK and isinstance(message, IndexPages)
-        self.commands.append(message)
-        return "t"
-
-
 def test_a_bulk_reindex_reports_exact_progress_and_retries_what_failed(world: World) -> None:
     pages = SpooledPages()
     for page_id in range(20, 27):
         pages.add(Page.from_wiki_content(wiki_page(page_id, 1, 2)))
-    sent = Sent([])
+    sender = FakeSender()
     parent = world.run(
-        accept_reindex_pages(pages=pages, batch_pages=3, force=False, jobs=cast(Any, world.jobs), sender=sent)
+        accept_reindex_pages(
+            pages=pages, batch_pages=3, force=False, jobs=cast(Any, world.jobs), sender=sender
+        )
     )
     pages.close()
+    assert all(task == INDEX_PAGES_TASK and isinstance(m, IndexPages) for task, m, _ in sender.sent)
+    commands = [cast(IndexPages, m) for _, m, _ in sender.sent]
     # A third batch that references pages: one fine, one the wiki keeps failing.
     world.wiki.put(wiki_page(30, 1, 2))
     world.wiki.put(wiki_page(31, 1, 2))
     world.wiki.fail(31, 503)
-    assert [len(c.pages) for c in sent.commands] == [3, 3, 1]
+    assert [len(c.pages) for c in commands] == [3, 3, 1]
     refs = [PageRef(page_id=p, callback_url=world.wiki.callback_url) for p in (30, 31)]
-    sent.commands[2] = sent.commands[2].model_copy(update={"refs": refs})
+    commands[2] = commands[2].model_copy(update={"refs": refs})
     world.run(world.jobs.update(job_id=parent.job_id, payload={**parent.payload, "total": 9}))
 
-    for command in sent.commands[:2]:
+    for command in commands[:2]:
         assert world.task(INDEX_PAGES_TASK, IndexPages, service.index_pages, command) == "done"
     record = world.run(world.jobs.get(job_id=parent.job_id))
     assert record is not None and record.state is JobState.running
     assert record.progress == {"total": 9, "done": 6, "failed": 0, "batches": 3}
 
-    third = sent.commands[2]
+    third = commands[2]
     with pytest.raises(Retry):
         world.task(INDEX_PAGES_TASK, IndexPages, service.index_pages, third, retries=0)
     assert world.task(INDEX_PAGES_TASK, IndexPages, service.index_pages, third, retries=1) == "failed"

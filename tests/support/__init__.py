@@ -1,1 +1,1 @@
-"""Test helpers shared by the integration and end-to-end suites (and the `make run` launcher)."""
+"""Test helpers shared by every suite: one fake per port (``support.fakes``), local servers, stacks."""

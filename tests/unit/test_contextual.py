@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 from support.chat_fakes import FakeOpenAI
-from support.hash_embedder import HashEmbedder
+from support.fakes import HashEmbedder
 
 from ragbot.definition import parse_definition
 from ragbot.indexing.contextual import Contextualizer, MemoryContextCache, context_key

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 from celery.exceptions import Retry
 from prometheus_client import CollectorRegistry
+from support.fakes import FakeEvents, FakeJobs, FakeRuntime, FakeSource, FakeTask, MemoryStore
 
 from ragbot.errors import DependencyUnavailable, SourceError, SourceRefused, StoreUnavailable
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.observability.metrics import worker_metrics
-from ragbot.ports import PageWrite, SearchStore, StoredParagraph
+from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage, PageDeleted, PageIndexed
 from ragbot.schemas.pages import Page, PageState
@@ -26,68 +25,10 @@ from ragbot_embedder.tasks import TaskRunner, backoff_s, failure_reason
 CALLBACK = "http://wiki.test/p/"
 
 
-class FakeStore:
-    def __init__(self) -> None:
-        self.states: dict[int, PageState] = {}
-        self.deleted: list[int] = []
-        self.ready_calls = 0
-
-    async def ensure_ready(self) -> None:
-        self.ready_calls += 1
-
-    async def page_state(self, *, page_id: int) -> PageState | None:
-        return self.states.get(page_id)
-
-    async def delete_page(self, *, page_id: int) -> int:
-        self.deleted.append(page_id)
-        return 4 if self.states.pop(page_id, None) else 0
-
-    async def replace_page(
-        self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
-    ) -> None:
-        self.states[page_id] = PageState(page_id=page_id, revision_id=revision_id, paragraphs=len(paragraphs))
-
-    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
-        for w in writes:
-            await self.replace_page(page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs)
-        return {}
-
-
-@dataclass
-class FakeSource:
-    pages: dict[int, Page | None] = field(default_factory=dict)
-    calls: int = 0
-
-    async def fetch(self, *, page_id: int, callback_url: str) -> Page | None:
-        self.calls += 1
-        return self.pages.get(page_id)
-
-
-@dataclass
-class FakeJobs:
-    updates: list[dict[str, Any]] = field(default_factory=list)
-    dead: list[dict[str, Any]] = field(default_factory=list)
-
-    async def update(self, *, job_id: str, **changes: Any) -> None:
-        self.updates.append({"job_id": job_id, **changes})
-
-    async def dead_letter(self, *, job_id: str, error: str, attempts: int) -> None:
-        self.dead.append({"job_id": job_id, "error": error, "attempts": attempts})
-
-
-@dataclass
-class FakeEvents:
-    published: list[PageIndexed | PageDeleted] = field(default_factory=list)
-
-    async def publish(self, event: PageIndexed | PageDeleted) -> str:
-        self.published.append(event)
-        return "1-0"
-
-
 @dataclass
 class World:
     ctx: service.IndexingContext
-    store: FakeStore
+    store: MemoryStore
     source: FakeSource
     jobs: FakeJobs
     events: FakeEvents
@@ -96,7 +37,8 @@ class World:
 
 @pytest.fixture
 def world() -> World:
-    store, source, jobs, events = FakeStore(), FakeSource(), FakeJobs(), FakeEvents()
+    store, source, jobs, events = MemoryStore(), FakeSource(), FakeJobs(), FakeEvents()
+    jobs.seed(job_id="j1")
     registry = CollectorRegistry()
     ctx = service.IndexingContext(
         definition=cast(Any, None),
@@ -207,30 +149,6 @@ def test_failure_reasons(exc: Exception, reason: str) -> None:
     assert failure_reason(exc) == reason
 
 
-class FakeRequest:
-    def __init__(self, retries: int) -> None:
-        self.retries = retries
-        self.request_id = "rid-1"
-
-
-class FakeTask:
-    def __init__(self, retries: int) -> None:
-        self.request = FakeRequest(retries)
-        self.retried: list[dict[str, Any]] = []
-
-    def retry(self, **kwargs: Any) -> Retry:
-        self.retried.append(kwargs)
-        return Retry("retry", when=kwargs.get("countdown"))
-
-
-@dataclass
-class FakeRuntime:
-    ctx: service.IndexingContext
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run(coro)
-
-
 def runner(world: World, handler: Any, *, max_retries: int = 2) -> TaskRunner:
     settings = WorkerSettings(max_retries=max_retries, retry_backoff_s=0.5, retry_backoff_max_s=1.0)
     rt = cast(Any, FakeRuntime(world.ctx))
@@ -251,7 +169,7 @@ def test_retryable_error_schedules_a_retry_with_backoff(world: World) -> None:
     async def failing(**_: Any) -> service.Outcome:
         raise SourceError("the wiki answered 503")
 
-    task = FakeTask(retries=1)
+    task = FakeTask(retries=1, request_id="rid-1")
     with pytest.raises(Retry):
         runner(world, failing)(cast(Any, task), MESSAGE)
     [retry] = task.retried
@@ -272,7 +190,7 @@ def test_last_retry_dead_letters_with_attempts(world: World) -> None:
     async def failing(**_: Any) -> service.Outcome:
         raise StoreUnavailable("elasticsearch timed out")
 
-    task = FakeTask(retries=2)
+    task = FakeTask(retries=2, request_id="rid-1")
     assert runner(world, failing)(cast(Any, task), MESSAGE) == "failed"
     assert task.retried == []
     assert world.jobs.dead == [
@@ -289,7 +207,7 @@ def test_refused_input_dead_letters_at_once(world: World) -> None:
     async def refusing(**_: Any) -> service.Outcome:
         raise SourceRefused("page is over the cap")
 
-    task = FakeTask(retries=0)
+    task = FakeTask(retries=0, request_id="rid-1")
     assert runner(world, refusing)(cast(Any, task), MESSAGE) == "failed"
     assert task.retried == [] and world.jobs.dead[0]["attempts"] == 1
 
@@ -298,7 +216,7 @@ def test_a_bug_is_dead_lettered_not_raised(world: World) -> None:
     async def buggy(**_: Any) -> service.Outcome:
         raise ZeroDivisionError("oops")
 
-    assert runner(world, buggy)(cast(Any, FakeTask(retries=0)), MESSAGE) == "failed"
+    assert runner(world, buggy)(cast(Any, FakeTask(retries=0, request_id="rid-1")), MESSAGE) == "failed"
     assert world.jobs.dead[0]["error"] == "ZeroDivisionError: oops"
 
 
@@ -307,7 +225,7 @@ def test_invalid_messages_never_crash(world: World, message: Any) -> None:
     async def never(**_: Any) -> service.Outcome:
         raise AssertionError("must not run")
 
-    assert runner(world, never)(cast(Any, FakeTask(retries=0)), message) == "failed"
+    assert runner(world, never)(cast(Any, FakeTask(retries=0, request_id="rid-1")), message) == "failed"
     if isinstance(message, dict):
         [dead] = world.jobs.dead
         assert (
@@ -326,7 +244,7 @@ def test_success_records_the_outcome(world: World) -> None:
         assert kwargs["command"].job_id == "j1"
         return service.Outcome(JobState.done, "indexed 4 paragraphs", 3)
 
-    assert runner(world, ok)(cast(Any, FakeTask(retries=0)), MESSAGE) == "done"
+    assert runner(world, ok)(cast(Any, FakeTask(retries=0, request_id="rid-1")), MESSAGE) == "done"
     first, last = world.jobs.updates[0], world.jobs.updates[-1]
     assert first["state"] is JobState.running and first["attempts"] == 1
     assert last == {

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.fakes import HashEmbedder
 
 from ragbot.definition import DocumentDefinition, load_definition, parse_definition
 from ragbot.embedders import (
@@ -24,7 +24,7 @@ from ragbot.embedders import (
 )
 from ragbot.embedders._counting import WordSumCounter
 from ragbot.errors import ConfigurationError, EmbeddingError
-from ragbot.ports import Embedder, Vector
+from ragbot.ports import Embedder
 from ragbot.settings import ModelSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,52 +172,13 @@ def test_word_sum_counter_charges_the_overhead_once_and_caches_words() -> None:
 # --- the query cache ----------------------------------------------------------------------------
 
 
-class FakeEmbedder:
-    """Deterministic unit vectors from a text's hash; counts calls."""
-
-    def __init__(self, name: str = "fake", dimension: int = 8) -> None:
-        self.name = name
-        self._dimension = dimension
-        self.query_calls: list[list[str]] = []
-        self.passage_calls: list[list[str]] = []
-        self.lock = threading.Lock()
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    @property
-    def max_tokens(self) -> int:
-        return 128
-
-    def warm_up(self) -> None:
-        pass
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split()) + 2
-
-    def _vectors(self, texts: Sequence[str]) -> Vector:
-        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=self._dimension) for t in texts]
-        matrix = np.array(rows, dtype=np.float32).reshape(len(texts), self._dimension)
-        out: Vector = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-        return out
-
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
-        with self.lock:
-            self.query_calls.append(list(texts))
-        return self._vectors(texts)
-
-    def embed_passages(self, texts: Sequence[str]) -> Vector:
-        with self.lock:
-            self.passage_calls.append(list(texts))
-        return self._vectors(texts)
-
-    def close(self) -> None:
-        pass
+def fake(name: str = "fake") -> HashEmbedder:
+    """The shared fake model (8 dimensions, 128 tokens); records every call."""
+    return HashEmbedder(name, dimension=8, max_tokens=128)
 
 
 def test_query_cache_embeds_each_distinct_miss_once_in_one_batch() -> None:
-    inner = FakeEmbedder()
+    inner = fake()
     cached = CachedQueryEmbedder(inner, max_size=10)
     first = cached.embed_queries(["a", "b", "a"])
     assert inner.query_calls == [["a", "b"]]
@@ -232,7 +193,7 @@ def test_query_cache_embeds_each_distinct_miss_once_in_one_batch() -> None:
 
 
 def test_query_cache_keeps_only_the_most_recent_entries() -> None:
-    inner = FakeEmbedder()
+    inner = fake()
     cached = CachedQueryEmbedder(inner, max_size=2)
     cached.embed_queries(["a"])
     cached.embed_queries(["b"])
@@ -244,7 +205,7 @@ def test_query_cache_keeps_only_the_most_recent_entries() -> None:
 
 
 def test_query_cache_is_keyed_by_model_and_never_caches_passages() -> None:
-    one, two = FakeEmbedder("one"), FakeEmbedder("two")
+    one, two = fake("one"), fake("two")
     wrapped = cached_queries({"one": one, "two": two}, max_size=4)
     wrapped["one"].embed_queries(["q"])
     wrapped["two"].embed_queries(["q"])
@@ -261,12 +222,12 @@ def test_query_cache_is_keyed_by_model_and_never_caches_passages() -> None:
 
 
 def test_query_cache_is_safe_under_threads() -> None:
-    inner = FakeEmbedder()
+    inner = fake()
     cached = CachedQueryEmbedder(inner, max_size=50)
     texts = [f"q{i % 20}" for i in range(400)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda t: (t, cached.embed_queries([t])[0]), texts))
-    expected = {t: inner._vectors([t])[0] for t in set(texts)}
+    expected = {t: inner.vectors([t])[0] for t in set(texts)}
     for text, vector in results:
         np.testing.assert_allclose(vector, expected[text], rtol=1e-6)
     assert cached.hits + cached.misses == 400

@@ -7,20 +7,16 @@ own decisions are under test: which branches run, weights, fusion, grouping, rer
 from __future__ import annotations
 
 import asyncio
-import re
-import zlib
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pytest
+from support.fakes import FakeReranker, HashEmbedder, MemoryStore
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.embedders import CachedQueryEmbedder, cached_queries
-from ragbot.errors import DependencyUnavailable, EmbeddingError, StoreUnavailable, ValidationFailed
-from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
+from ragbot.errors import DependencyUnavailable, StoreUnavailable, ValidationFailed
+from ragbot.ports import StoredParagraph
 from ragbot.retrieval import BM25_BRANCH, RetrievalDefaults, RetrievalEngine
-from ragbot.schemas.pages import PageState
 from ragbot.schemas.retrieval import RetrieveRequest
 
 DIM = 64
@@ -37,150 +33,9 @@ def definition() -> DocumentDefinition:
     )
 
 
-def words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
-
-
-class FakeEmbedder:
-    """Bag-of-words hashed into DIM buckets (seeded per model), L2-normalised."""
-
-    def __init__(self, name: str, *, fail: bool = False, delay_s: float = 0.0) -> None:
-        self.name = name
-        self.fail = fail
-        self.delay_s = delay_s
-        self.calls = 0
-
-    @property
-    def dimension(self) -> int:
-        return DIM
-
-    @property
-    def max_tokens(self) -> int:
-        return 256
-
-    def warm_up(self) -> None:
-        pass
-
-    def count_tokens(self, text: str) -> int:
-        return len(words(text))
-
-    def _vec(self, text: str) -> Vector:
-        v = np.zeros(DIM, dtype=np.float32)
-        for w in words(text):
-            v[zlib.crc32(f"{self.name}:{w}".encode()) % DIM] += 1.0
-        n = float(np.linalg.norm(v))
-        return v / n if n else v
-
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
-        self.calls += 1
-        if self.fail:
-            raise EmbeddingError(f"{self.name} is broken")
-        if self.delay_s:
-            import time
-
-            time.sleep(self.delay_s)
-        return np.stack([self._vec(t) for t in texts])
-
-    def embed_passages(self, texts: Sequence[str]) -> Vector:
-        return np.stack([self._vec(t) for t in texts])
-
-    def close(self) -> None:
-        pass
-
-
-class FakeStore:
-    """Exact cosine + 1 and a word-overlap 'BM25' over paragraphs held in a list."""
-
-    def __init__(self, paragraphs: list[StoredParagraph], *, hang: bool = False, down: bool = False) -> None:
-        self.paragraphs = paragraphs
-        self.hang = hang
-        self.down = down
-        self.calls: list[str] = []
-
-    async def _gate(self, what: str) -> None:
-        self.calls.append(what)
-        if self.down:
-            raise StoreUnavailable("fake store is down")
-        if self.hang:
-            await asyncio.sleep(3600)
-
-    async def ensure_ready(self) -> None:
-        pass
-
-    async def ping(self) -> bool:
-        return not self.down
-
-    async def warm_up(self) -> None:
-        pass
-
-    async def replace_page(
-        self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
-    ) -> None:
-        self.paragraphs = [p for p in self.paragraphs if p.page_id != page_id] + list(paragraphs)
-
-    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
-        for w in writes:
-            await self.replace_page(page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs)
-        return {}
-
-    async def delete_page(self, *, page_id: int) -> int:
-        before = len(self.paragraphs)
-        self.paragraphs = [p for p in self.paragraphs if p.page_id != page_id]
-        return before - len(self.paragraphs)
-
-    async def page_state(self, *, page_id: int) -> PageState | None:
-        return None
-
-    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
-        return []
-
-    async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
-        return [self._hit(p, 0.0) for p in self.paragraphs if p.page_id == page_id]
-
-    @staticmethod
-    def _hit(p: StoredParagraph, score: float) -> SearchHit:
-        source = {**p.fields, "page_id": p.page_id, "paragraph": p.paragraph, "revision_id": p.revision_id}
-        return SearchHit(doc_id=p.doc_id, score=score, source=source)
-
-    def _filtered(self, filters: Filters | None) -> list[StoredParagraph]:
-        if not filters:
-            return self.paragraphs
-        return [p for p in self.paragraphs if all(p.fields.get(k) == v for k, v in filters.items())]
-
-    async def knn(
-        self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
-    ) -> list[SearchHit]:
-        await self._gate(f"knn:{vector_field}")
-        scored = [
-            (float(np.dot(p.vectors[vector_field], vector)) + 1.0, p)
-            for p in self._filtered(filters)
-            if vector_field in p.vectors
-        ]
-        scored.sort(key=lambda sp: sp[0], reverse=True)
-        return [self._hit(p, s) for s, p in scored[:k]]
-
-    async def bm25(
-        self, *, query: str, k: int, fields: Sequence[str] | None = None, filters: Filters | None = None
-    ) -> list[SearchHit]:
-        await self._gate("bm25")
-        q = set(words(query))
-        scored = []
-        for p in self._filtered(filters):
-            overlap = len(q & set(words(f"{p.fields.get('title', '')} {p.fields.get('content', '')}")))
-            if overlap:
-                scored.append((float(overlap), p))
-        scored.sort(key=lambda sp: sp[0], reverse=True)
-        return [self._hit(p, s) for s, p in scored[:k]]
-
-    async def get(self, *, doc_ids: Sequence[str]) -> list[SearchHit]:
-        by_id = {p.doc_id: p for p in self.paragraphs}
-        return [self._hit(by_id[i], 0.0) for i in doc_ids if i in by_id]
-
-    async def count(self) -> int:
-        return len(self.paragraphs)
-
-    async def close(self) -> None:
-        pass
+def embedder(name: str, **options: Any) -> HashEmbedder:
+    """The shared hashed bag of words (seeded per model), DIM buckets."""
+    return HashEmbedder(name, dimension=DIM, max_tokens=256, **options)
 
 
 CORPUS = {
@@ -199,10 +54,10 @@ CORPUS = {
 
 
 def build(
-    embedders: dict[str, FakeEmbedder] | None = None, **store_kwargs: Any
-) -> tuple[RetrievalEngine, FakeStore, dict[str, FakeEmbedder]]:
+    embedders: dict[str, HashEmbedder] | None = None, **store_kwargs: Any
+) -> tuple[RetrievalEngine, MemoryStore, dict[str, HashEmbedder]]:
     d = definition()
-    embs = embedders or {"alpha": FakeEmbedder("alpha"), "beta": FakeEmbedder("beta")}
+    embs = embedders or {"alpha": embedder("alpha"), "beta": embedder("beta")}
     paragraphs = []
     for page_id, (title, texts) in CORPUS.items():
         for i, text in enumerate(texts):
@@ -211,7 +66,7 @@ def build(
                 v.name: embs[v.model].embed_passages([str(fields[v.field])])[0] for v in d.vector_fields
             }
             paragraphs.append(StoredParagraph(f"{page_id}-1-{i}", page_id, 1, i, fields, vectors))
-    store = FakeStore(paragraphs, **store_kwargs)
+    store = MemoryStore(paragraphs, **store_kwargs)
     engine = RetrievalEngine(
         store=store,
         embedders=embs,
@@ -219,22 +74,6 @@ def build(
         defaults=RetrievalDefaults(store_timeout_s=0.2, embed_timeout_s=0.5),
     )
     return engine, store, embs
-
-
-class FakeReranker:
-    def __init__(self, scores: dict[str, float]) -> None:
-        self.scores = scores
-        self.seen: list[str] = []
-
-    def warm_up(self) -> None:
-        pass
-
-    def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        self.seen = list(passages)
-        return [self.scores.get(p, 0.0) for p in passages]
-
-    def close(self) -> None:
-        pass
 
 
 async def test_hybrid_searches_every_vector_field_and_bm25_and_groups_by_page() -> None:
@@ -328,9 +167,9 @@ async def test_query_embeddings_go_through_the_embedders_lru() -> None:
     engine.embedders = cached_queries(embs, max_size=8)  # as the composition roots wrap them
     for _ in range(3):
         await engine.retrieve(RetrieveRequest(query="rent help", mode="semantic"))
-    assert embs["alpha"].calls == 1 and embs["beta"].calls == 1
+    assert len(embs["alpha"].query_calls) == 1 and len(embs["beta"].query_calls) == 1
     await engine.retrieve(RetrieveRequest(query="other text", mode="semantic"))
-    assert embs["alpha"].calls == 2
+    assert len(embs["alpha"].query_calls) == 2
     alpha = engine.embedders["alpha"]
     assert isinstance(alpha, CachedQueryEmbedder) and alpha.hits == 2
 
@@ -352,11 +191,11 @@ async def test_store_that_hangs_is_a_store_unavailable_not_a_hang() -> None:
 
 
 async def test_model_down_names_the_model() -> None:
-    engine, _, _ = build({"alpha": FakeEmbedder("alpha", fail=True), "beta": FakeEmbedder("beta")})
+    engine, _, _ = build({"alpha": embedder("alpha", broken=True), "beta": embedder("beta")})
     with pytest.raises(DependencyUnavailable) as err:
         await engine.retrieve(RetrieveRequest(query="rent"))
     assert err.value.dependency == "model:alpha"
-    slow, _, _ = build({"alpha": FakeEmbedder("alpha", delay_s=2.0), "beta": FakeEmbedder("beta")})
+    slow, _, _ = build({"alpha": embedder("alpha", query_delay_s=2.0), "beta": embedder("beta")})
     with pytest.raises(DependencyUnavailable) as err:
         await slow.retrieve(RetrieveRequest(query="rent"))
     assert err.value.dependency == "model:alpha"

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import zlib
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.fakes import HashEmbedder
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.errors import ConfigurationError, ValidationFailed
@@ -33,7 +31,6 @@ from ragbot.evaluation import (
     standard_configs,
     write_report,
 )
-from ragbot.ports import Vector
 from ragbot.retrieval import RetrievalDefaults
 from ragbot.settings import StoreSettings
 from ragbot.stores import build_store
@@ -71,46 +68,9 @@ def write_beir(root: Path) -> Path:
     return root
 
 
-class BagOfWords:
-    """A deterministic embedder: hashed bag of words, L2-normalised; counts its calls."""
-
-    def __init__(self, name: str = "bow") -> None:
-        self.name = name
-        self.passage_calls = 0
-        self.query_calls = 0
-
-    @property
-    def dimension(self) -> int:
-        return DIM
-
-    @property
-    def max_tokens(self) -> int:
-        return 128
-
-    def warm_up(self) -> None:
-        pass
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split()) + 2
-
-    def _rows(self, texts: Sequence[str]) -> Vector:
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for w in re.findall(r"\w+", text.lower()):
-                out[i, zlib.crc32(w.encode()) % DIM] += 1.0
-            out[i] /= max(float(np.linalg.norm(out[i])), 1e-9)
-        return out
-
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
-        self.query_calls += 1
-        return self._rows(texts)
-
-    def embed_passages(self, texts: Sequence[str]) -> Vector:
-        self.passage_calls += 1
-        return self._rows(texts)
-
-    def close(self) -> None:
-        pass
+def bag_of_words() -> HashEmbedder:
+    """The shared deterministic embedder (a hashed bag of words) as model ``bow``; records its calls."""
+    return HashEmbedder("bow", dimension=DIM, max_tokens=128)
 
 
 def definition() -> DocumentDefinition:
@@ -249,25 +209,25 @@ def test_eval_definition_restricts_models_and_needs_title_and_content() -> None:
 
 
 def test_vector_cache_persists_and_skips_the_model_for_known_texts(tmp_path: Path) -> None:
-    inner = BagOfWords()
+    inner = bag_of_words()
     cache = VectorCache(inner, folder=tmp_path)
     cache.warm_up()
     first = cache.embed_passages(["alpha beta", "gamma", "alpha beta"])
     assert first.shape == (3, DIM)
-    assert inner.passage_calls == 1
+    assert len(inner.passage_calls) == 1
     cache.embed_passages(["gamma"])
-    assert inner.passage_calls == 1
+    assert len(inner.passage_calls) == 1
     query = cache.embed_queries(["gamma"])  # a query is cached apart from the same passage text
-    assert inner.query_calls == 1
+    assert len(inner.query_calls) == 1
     np.testing.assert_allclose(query[0], first[1])
     cache.close()
     assert cache.path.is_file()
 
-    again = BagOfWords()
+    again = bag_of_words()
     reloaded = VectorCache(again, folder=tmp_path)
     reloaded.warm_up()
     np.testing.assert_allclose(reloaded.embed_passages(["alpha beta", "gamma"]), first[:2])
-    assert again.passage_calls == 0
+    assert len(again.passage_calls) == 0
     assert reloaded.hits == 2 and reloaded.misses == 0
     assert reloaded.embed_passages([]).shape == (0, DIM)
 
@@ -276,7 +236,7 @@ def test_vector_cache_ignores_a_file_of_another_dimension(tmp_path: Path) -> Non
     np.savez(
         tmp_path / "bow.npz", keys=np.array([b"x" * 20], dtype="S20"), vectors=np.zeros((1, 7), np.float32)
     )
-    cache = VectorCache(BagOfWords(), folder=tmp_path)
+    cache = VectorCache(bag_of_words(), folder=tmp_path)
     cache.warm_up()
     assert cache.embed_passages(["a"]).shape == (1, DIM)
 
@@ -298,7 +258,7 @@ async def test_evaluate_over_the_embedded_store(tmp_path: Path) -> None:
             dataset,
             store=store,
             definition=defn,
-            embedders={"bow": BagOfWords()},
+            embedders={"bow": bag_of_words()},
             defaults=RetrievalDefaults(),
             max_tokens=128,
             retrieval_size=10,
@@ -330,7 +290,7 @@ async def test_evaluate_can_reuse_a_filled_store(tmp_path: Path) -> None:
     defn = definition()
     settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "eval.sqlite3")
     dims = {"title_bow_vectors": DIM, "content_bow_vectors": DIM}
-    embedder = BagOfWords()
+    embedder = bag_of_words()
     for reindex in (True, False):
         store = build_store(settings=settings, definition=defn, dimensions=dims)
         await store.ensure_ready()
@@ -348,7 +308,7 @@ async def test_evaluate_can_reuse_a_filled_store(tmp_path: Path) -> None:
         finally:
             await store.close()
         assert report.results[0].metrics["mrr@10"] == pytest.approx(1.0)
-    assert embedder.passage_calls == 2 * 5  # title and content per page, indexed once
+    assert len(embedder.passage_calls) == 2 * 5  # title and content per page, indexed once
 
 
 def test_run_config_refuses_more_pages_than_a_request_allows() -> None:

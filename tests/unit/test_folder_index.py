@@ -1,20 +1,20 @@
 """``ragbot index PATH...``: ignore files, stable ids, only changed files re-embedded, deletions, the CLI.
 
-The store is the real embedded (SQLite) store in a temporary folder. The embedder is a small real
-one whose vectors come from a hash of the text and which records every batch it embeds, so a test
-can say exactly which files were embedded; one slow test runs MiniLM and searches the result.
+The store is the real embedded (SQLite) store in a temporary folder. The embedder is the shared
+``HashEmbedder`` (a hashed bag of words) which records every batch it embeds, so a test can say
+exactly which files were embedded; one slow test runs MiniLM and searches the result.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import pytest_asyncio
 from fixtures.files.builders import make_docx, make_pdf, make_pptx
+from support.fakes import HashEmbedder
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.errors import ValidationFailed
@@ -29,7 +29,7 @@ from ragbot.indexing.folder import (
     plan_folder_index,
     scan_paths,
 )
-from ragbot.ports import Embedder, SearchStore, Vector
+from ragbot.ports import Embedder, SearchStore
 from ragbot.stores.embedded import EmbeddedStore
 
 DEFINITION = parse_definition(
@@ -40,45 +40,6 @@ DEFINITION = parse_definition(
         "models": {"hash-model": ["title", "content"]},
     }
 )
-
-
-class HashEmbedder:
-    """A real, tiny embedder: unit vectors seeded by a hash of the text; records every batch."""
-
-    name = "hash-model"
-
-    def __init__(self) -> None:
-        self.batches: list[list[str]] = []
-
-    @property
-    def dimension(self) -> int:
-        return 8
-
-    @property
-    def max_tokens(self) -> int:
-        return 512
-
-    def warm_up(self) -> None:
-        pass
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split()) + 2
-
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
-        return self.embed_passages(texts)
-
-    def embed_passages(self, texts: Sequence[str]) -> Vector:
-        self.batches.append(list(texts))
-        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts]
-        matrix = np.array(rows, dtype=np.float32).reshape(len(texts), 8)
-        out: Vector = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-        return out
-
-    def close(self) -> None:
-        pass
-
-    def embedded(self) -> str:
-        return "\n".join(t for batch in self.batches for t in batch)
 
 
 @pytest.fixture
@@ -122,7 +83,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SearchStore]:
 
 @pytest.fixture
 def embedder() -> HashEmbedder:
-    return HashEmbedder()
+    return HashEmbedder("hash-model", dimension=8)
 
 
 async def run(
@@ -220,11 +181,11 @@ async def test_second_run_re_embeds_nothing(refs: Path, store: SearchStore, embe
     assert first.indexed == EXPECTED and first.failed == {} and first.paragraphs > len(EXPECTED)
     assert await store.count() == first.paragraphs
     assert "Not for indexing" not in embedder.embedded()
-    embedder.batches.clear()
+    embedder.passage_calls.clear()
 
     second = await run(refs, store=store, embedder=embedder)
     assert (second.indexed, second.deleted, second.unchanged) == ([], [], EXPECTED)
-    assert embedder.batches == []
+    assert embedder.passage_calls == []
     assert await store.count() == first.paragraphs
 
 
@@ -234,7 +195,7 @@ async def test_a_changed_file_re_embeds_only_that_file(
     await run(refs, store=store, embedder=embedder)
     manifest = Manifest.load(refs.parent / "manifest.json")
     before = manifest.files["refs/notes.txt"]
-    embedder.batches.clear()
+    embedder.passage_calls.clear()
 
     (refs / "notes.txt").write_text("Plain notes about pensions, revised for 2025.", encoding="utf-8")
     report = await run(refs, store=store, embedder=embedder)
@@ -256,13 +217,13 @@ async def test_a_deleted_or_newly_ignored_file_is_removed(
     await run(refs, store=store, embedder=embedder)
     files = Manifest.load(refs.parent / "manifest.json").files
     gone, ignored = files["refs/review.pptx"].page_id, files["refs/keep.log.txt"].page_id
-    embedder.batches.clear()
+    embedder.passage_calls.clear()
 
     (refs / "review.pptx").unlink()
     (refs / ".ragbotignore").write_text("drafts/\n*.log.txt\n", encoding="utf-8")
     report = await run(refs, store=store, embedder=embedder)
     assert report.deleted == ["refs/keep.log.txt", "refs/review.pptx"] and report.indexed == []
-    assert embedder.batches == []
+    assert embedder.passage_calls == []
     assert await store.page_state(page_id=gone) is None
     assert await store.page_state(page_id=ignored) is None
     assert set(Manifest.load(refs.parent / "manifest.json").files) == set(EXPECTED) - {

@@ -3,58 +3,26 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.fakes import HashEmbedder
 
 from ragbot.definition import DocumentDefinition, load_definition, parse_definition
 from ragbot.errors import ConfigurationError
 from ragbot.indexing.embed import build_stored_paragraphs, doc_id, effective_max_tokens
-from ragbot.ports import Embedder, Vector
+from ragbot.ports import Embedder
 from ragbot.schemas.pages import Block, Page
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-class RecordingEmbedder:
-    """A fake model: vectors from a text's hash, tokens = words + 2 specials, every call recorded."""
-
-    def __init__(self, name: str, *, max_tokens: int = 512, dimension: int = 4) -> None:
-        self.name = name
-        self._max_tokens = max_tokens
-        self._dimension = dimension
-        self.calls: list[list[str]] = []
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    @property
-    def max_tokens(self) -> int:
-        return self._max_tokens
-
-    def warm_up(self) -> None:
-        pass
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split()) + 2
-
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
-        raise AssertionError("indexing embeds passages only")
-
-    def embed_passages(self, texts: Sequence[str]) -> Vector:
-        self.calls.append(list(texts))
-        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=self._dimension) for t in texts]
-        matrix = np.array(rows, dtype=np.float32).reshape(len(texts), self._dimension)
-        out: Vector = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-        return out
-
-    def close(self) -> None:
-        pass
+def recording(name: str, *, max_tokens: int = 512) -> HashEmbedder:
+    """The shared fake model: tokens = words + 2 specials, passages only, every call recorded."""
+    return HashEmbedder(name, dimension=4, max_tokens=max_tokens, passages_only=True)
 
 
 CONTENT = """Opening paragraph of the page.
@@ -89,10 +57,10 @@ def wiki_page(**overrides: object) -> Page:
     return Page.from_wiki_content(body)
 
 
-def embedders_for(definition: DocumentDefinition, **max_tokens: int) -> dict[str, RecordingEmbedder]:
+def embedders_for(definition: DocumentDefinition, **max_tokens: int) -> dict[str, HashEmbedder]:
     """One fake per model; ``max_tokens`` by model name with dashes as underscores."""
     limits = {m: max_tokens.get(m.replace("-", "_"), 512) for m in definition.models}
-    return {m: RecordingEmbedder(m, max_tokens=limit) for m, limit in limits.items()}
+    return {m: recording(m, max_tokens=limit) for m, limit in limits.items()}
 
 
 def default_definition() -> DocumentDefinition:
@@ -141,8 +109,8 @@ def test_every_model_field_pair_is_one_batched_call_and_the_title_is_embedded_on
         wiki_page(), definition=definition, embedders=embedders, max_tokens=512, now=NOW
     )
     contents = [s.fields["content"] for s in stored]
-    assert embedders["all-MiniLM-L6-v2"].calls == [contents]
-    assert embedders["multilingual-e5-small"].calls == [["Child allowance"], contents]
+    assert embedders["all-MiniLM-L6-v2"].passage_calls == [contents]
+    assert embedders["multilingual-e5-small"].passage_calls == [["Child allowance"], contents]
     expected = {v.name for v in definition.vector_fields}
     assert expected == {
         "content_all-MiniLM-L6-v2_vectors",
@@ -196,7 +164,7 @@ def test_a_blank_field_gets_no_vector_instead_of_the_embedding_of_nothing() -> N
         wiki_page(summary=None), definition=definition, embedders=embedders, max_tokens=512, now=NOW
     )
     assert all(set(s.vectors) == {"content_m_vectors"} for s in stored)
-    assert len(embedders["m"].calls) == 1
+    assert len(embedders["m"].passage_calls) == 1
 
 
 def test_the_budget_is_the_smallest_model_limit_and_the_strictest_tokenizer() -> None:
@@ -237,7 +205,7 @@ def test_uploads_keep_each_paragraphs_location_when_the_definition_saves_it() ->
 
 def test_a_model_without_an_embedder_is_a_configuration_error() -> None:
     definition = default_definition()
-    embedders: dict[str, Embedder] = {"all-MiniLM-L6-v2": RecordingEmbedder("all-MiniLM-L6-v2")}
+    embedders: dict[str, Embedder] = {"all-MiniLM-L6-v2": recording("all-MiniLM-L6-v2")}
     with pytest.raises(ConfigurationError, match="multilingual-e5-small"):
         build_stored_paragraphs(wiki_page(), definition=definition, embedders=embedders, max_tokens=512)
 
@@ -249,7 +217,7 @@ def test_an_empty_page_gives_no_paragraphs_and_calls_no_model() -> None:
         wiki_page(content=""), definition=definition, embedders=embedders, max_tokens=512
     )
     assert stored == []
-    assert all(e.calls == [] for e in embedders.values())
+    assert all(e.passage_calls == [] for e in embedders.values())
 
 
 def test_a_real_kolzchut_page_is_indexed_with_fresh_timestamps() -> None:
@@ -263,4 +231,4 @@ def test_a_real_kolzchut_page_is_indexed_with_fresh_timestamps() -> None:
     assert all(datetime.fromisoformat(s.fields["last_update"]) >= before for s in stored)
     assert all(len(s.fields["content"].split()) + 2 <= 256 for s in stored)
     assert len({s.doc_id for s in stored}) == len(stored)
-    assert sum(len(c) for c in embedders["multilingual-e5-small"].calls) == len(stored) + 1
+    assert sum(len(c) for c in embedders["multilingual-e5-small"].passage_calls) == len(stored) + 1

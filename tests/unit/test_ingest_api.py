@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
-from support.ingest_fakes import FakeJobs, FakeSender
+from support.fakes import FakeJobs, FakeSender, MemoryStore
 
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobKind, JobState
@@ -24,36 +24,17 @@ CALLBACK = "http://wiki.test/w/rest.php/cbragcontent/v0/page_id/"
 PING = {"page_id": 123, "revision_id": 456, "revision_date": "20250101120000", "callback_url": CALLBACK}
 
 
-class FakeStore:
-    """Only what ingest reads: page state."""
-
-    def __init__(self) -> None:
-        self.pages: dict[int, PageState] = {}
-
-    async def page_state(self, *, page_id: int) -> PageState | None:
-        return self.pages.get(page_id)
-
-    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
-        return [self.pages[k] for k in sorted(self.pages)][offset : offset + limit]
-
-    async def count(self) -> int:
-        return sum(p.paragraphs for p in self.pages.values())
-
-    async def close(self) -> None:
-        return None
-
-
 @dataclass
 class World:
     client: TestClient
     jobs: FakeJobs
     sender: FakeSender
-    store: FakeStore
+    store: MemoryStore
 
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    jobs, sender, store = FakeJobs(), FakeSender(), FakeStore()
+    jobs, sender, store = FakeJobs(), FakeSender(), MemoryStore()
     settings = IngestSettings(allowed_callback_hosts=["wiki.test", "*.kolzchut.org.il"])
 
     @asynccontextmanager
@@ -220,7 +201,7 @@ def test_push_sends_the_page_inline(world: World) -> None:
 
 
 def test_page_state_comes_from_the_store(world: World) -> None:
-    world.store.pages[5] = PageState(page_id=5, revision_id=8, paragraphs=3, paragraphs_per_model={"m": 3})
+    world.store.states[5] = PageState(page_id=5, revision_id=8, paragraphs=3, paragraphs_per_model={"m": 3})
     assert world.client.get("/v1/pages/5").json()["paragraphs_per_model"] == {"m": 3}
     missing = world.client.get("/v1/pages/6")
     assert missing.status_code == 404 and "not indexed" in missing.json()["detail"]
@@ -228,7 +209,7 @@ def test_page_state_comes_from_the_store(world: World) -> None:
 
 def test_indexed_pages_are_listed_by_id_in_windows(world: World) -> None:
     for page_id in (9, 2, 5):
-        world.store.pages[page_id] = PageState(page_id=page_id, revision_id=1, paragraphs=page_id, title="t")
+        world.store.states[page_id] = PageState(page_id=page_id, revision_id=1, paragraphs=page_id, title="t")
     body = world.client.get("/v1/pages", params={"limit": 2, "offset": 1}).json()
     assert [p["page_id"] for p in body["pages"]] == [5, 9]
     assert (body["limit"], body["offset"], body["indexed_paragraphs"]) == (2, 1, 16)

@@ -3,12 +3,11 @@ the worker's batch handler (micro-batching, partial failures) and the ``ragbot r
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -19,21 +18,29 @@ from celery.exceptions import Retry
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from support.chat_fakes import serve_app
-from support.hash_embedder import HashEmbedder
-from support.ingest_fakes import FakeJobs, FakeSender
+from support.fakes import (
+    FakeEvents,
+    FakeJobs,
+    FakeRuntime,
+    FakeSender,
+    FakeSource,
+    FakeTask,
+    HashEmbedder,
+    MemoryStore,
+)
 
 from ragbot.cli import main as cli
 from ragbot.cli.reindex import follow
 from ragbot.definition import parse_definition
-from ragbot.errors import RagbotError, SourceError, SourceRefused, StoreUnavailable, ValidationFailed
+from ragbot.errors import SourceError, SourceRefused, StoreUnavailable, ValidationFailed
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.reindex import WikiLister, batch_job_id, combine_batches, page_from_line
 from ragbot.observability.metrics import worker_metrics
-from ragbot.ports import PageWrite, SearchStore, StoredParagraph
+from ragbot.ports import SearchStore, StoredParagraph
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import INDEX_PAGES_TASK, IndexPage, IndexPages, PageRef
-from ragbot.schemas.pages import Page, PageState
+from ragbot.schemas.pages import Page
 from ragbot.settings import IngestSettings, WorkerSettings
 from ragbot_embedder import service
 from ragbot_embedder.tasks import TaskRunner
@@ -311,65 +318,6 @@ DEFINITION = parse_definition(
 )
 
 
-class MemoryStore:
-    def __init__(self) -> None:
-        self.pages: dict[int, list[StoredParagraph]] = {}
-        self.writes: list[int] = []
-        self.batches: list[list[int]] = []  # page ids of each replace_pages call
-        self.refuse: dict[int, RagbotError] = {}  # pages whose write fails, and how
-
-    async def ensure_ready(self) -> None:
-        return None
-
-    async def page_state(self, *, page_id: int) -> PageState | None:
-        paragraphs = self.pages.get(page_id)
-        if not paragraphs:
-            return None
-        return PageState(page_id=page_id, revision_id=paragraphs[0].revision_id, paragraphs=len(paragraphs))
-
-    async def replace_page(
-        self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
-    ) -> None:
-        assert all(p.vectors for p in paragraphs)
-        if page_id in self.refuse:
-            raise self.refuse[page_id]
-        self.pages[page_id] = list(paragraphs)
-        self.writes.append(page_id)
-
-    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
-        self.batches.append([w.page_id for w in writes])
-        failed: dict[int, Exception] = {}
-        for w in writes:
-            try:
-                await self.replace_page(page_id=w.page_id, revision_id=w.revision_id, paragraphs=w.paragraphs)
-            except RagbotError as exc:
-                failed[w.page_id] = exc
-        return failed
-
-    async def delete_page(self, *, page_id: int) -> int:
-        return len(self.pages.pop(page_id, []))
-
-
-@dataclass
-class Source:
-    pages: dict[int, Page | None] = field(default_factory=dict)
-    errors: dict[int, Exception] = field(default_factory=dict)
-
-    async def fetch(self, *, page_id: int, callback_url: str) -> Page | None:
-        if page_id in self.errors:
-            raise self.errors[page_id]
-        return self.pages.get(page_id)
-
-
-@dataclass
-class Events:
-    published: list[Any] = field(default_factory=list)
-
-    async def publish(self, event: Any) -> str:
-        self.published.append(event)
-        return "1-0"
-
-
 def page(page_id: int, revision_id: int = 1, paragraphs: int = 2, marker: str = "") -> Page:
     body = "\n\n".join(f"Paragraph {n} of page {page_id} {marker}" for n in range(paragraphs))
     return Page(page_id=page_id, revision_id=revision_id, title=f"Title {page_id}", content=body)
@@ -379,14 +327,15 @@ def page(page_id: int, revision_id: int = 1, paragraphs: int = 2, marker: str = 
 class Batch:
     ctx: service.IndexingContext
     store: MemoryStore
-    source: Source
+    source: FakeSource
     embedder: HashEmbedder
-    events: Events
+    events: FakeEvents
 
 
 @pytest.fixture
 def batch() -> Batch:
-    store, source, embedder, events = MemoryStore(), Source(), HashEmbedder(max_tokens=9), Events()
+    store, source, events = MemoryStore(require_vectors=True), FakeSource(), FakeEvents()
+    embedder = HashEmbedder(max_tokens=9)
     ctx = service.IndexingContext(
         definition=DEFINITION,
         embedders={"hash-embedder": embedder},
@@ -516,39 +465,10 @@ async def test_uploads_replace_whatever_revision_they_carry(batch: Batch) -> Non
 # --- the task runner on a batch ----------------------------------------------------------------------
 
 
-@dataclass
-class RecordingJobs:
-    updates: list[dict[str, Any]] = field(default_factory=list)
-    dead: list[dict[str, Any]] = field(default_factory=list)
-    refreshed: list[str] = field(default_factory=list)
-
-    async def update(self, *, job_id: str, **changes: Any) -> None:
-        self.updates.append({"job_id": job_id, **changes})
-
-    async def dead_letter(self, *, job_id: str, error: str, attempts: int) -> None:
-        self.dead.append({"job_id": job_id, "error": error, "attempts": attempts})
-
-    async def get(self, *, job_id: str) -> JobRecord:
-        self.refreshed.append(job_id)
-        now = datetime.now(UTC)
-        return JobRecord(
-            job_id=job_id, kind=JobKind.reindex, created_at=now, updated_at=now, payload={"batches": 0}
-        )
-
-    async def aggregate(self, *, job_id: str, children: Sequence[str], combine: Any) -> None:
-        return None
-
-
-class FakeTask:
-    def __init__(self, retries: int) -> None:
-        self.request = type("R", (), {"retries": retries, "request_id": None})()
-
-    def retry(self, **kwargs: Any) -> Retry:
-        return Retry("retry", when=kwargs.get("countdown"))
-
-
 def test_partial_batch_retries_then_dead_letters_and_refreshes_the_parent(batch: Batch) -> None:
-    jobs = RecordingJobs()
+    jobs = FakeJobs()
+    jobs.seed(job_id="p", kind=JobKind.reindex, payload={"batches": 0})
+    jobs.seed(job_id="p-b0", kind=JobKind.index_pages)
     batch.ctx.jobs = cast(JobStore, jobs)
     batch.source.pages = {1: page(1)}
     batch.source.errors = {2: SourceError("the wiki answered 502")}
@@ -557,7 +477,7 @@ def test_partial_batch_retries_then_dead_letters_and_refreshes_the_parent(batch:
         parent_job_id="p",
         refs=[PageRef(page_id=i, callback_url=CALLBACK) for i in (1, 2)],
     ).model_dump(mode="json")
-    runtime = cast(Any, type("Rt", (), {"ctx": batch.ctx, "run": staticmethod(asyncio.run)})())
+    runtime = cast(Any, FakeRuntime(batch.ctx))
     runner = TaskRunner(
         name=INDEX_PAGES_TASK,
         model=IndexPages,
@@ -572,7 +492,7 @@ def test_partial_batch_retries_then_dead_letters_and_refreshes_the_parent(batch:
     assert runner(cast(Any, FakeTask(retries=1)), message) == "failed"
     [dead] = jobs.dead
     assert dead["job_id"] == "p-b0" and "page 2" in dead["error"] and "502" in dead["error"]
-    assert jobs.refreshed == ["p", "p"]
+    assert jobs.gets == ["p", "p"]
 
 
 # --- the CLI ---------------------------------------------------------------------------------------------

@@ -6,20 +6,17 @@ models are covered by their own suites and by tests/integration).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from support.fakes import HashEmbedder, MemoryStore
 
 from ragbot.definition import parse_definition
-from ragbot.errors import EmbeddingError, StoreUnavailable
-from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
+from ragbot.ports import StoredParagraph
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-from ragbot.schemas.pages import PageState
 from ragbot_retriever.app import create_app
 from ragbot_retriever.deps import Resources
 
@@ -34,123 +31,27 @@ DEFINITION = parse_definition(
 VECTOR_FIELD = "content_mini_vectors"
 
 
-class OneHotEmbedder:
-    """Vector = one-hot of the text's length bucket: enough to rank deterministically."""
-
-    name = "mini"
-
-    def __init__(self) -> None:
-        self.broken = False
-
-    @property
-    def dimension(self) -> int:
-        return 8
-
-    @property
-    def max_tokens(self) -> int:
-        return 128
-
-    def warm_up(self) -> None:
-        pass
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
-        if self.broken:
-            raise EmbeddingError("model file is gone")
-        return self.embed_passages(texts)
-
-    def embed_passages(self, texts: Sequence[str]) -> Vector:
-        out = np.zeros((len(texts), 8), dtype=np.float32)
-        for i, t in enumerate(texts):
-            out[i, len(t) % 8] = 1.0
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-class SwitchableStore:
-    """Two pages; can be told to fail or to hang."""
-
-    def __init__(self) -> None:
-        self.state = "up"
-        self.closed = False
-        self.hits = [
-            SearchHit(
-                f"{p}-1-{i}",
-                0.0,
-                {"page_id": p, "paragraph": i, "title": f"page {p}", "content": f"text {i}"},
+def two_pages(embedder: HashEmbedder) -> MemoryStore:
+    """Two pages of three paragraphs each, embedded by ``embedder``."""
+    paragraphs = []
+    for page_id in (1, 2):
+        for n in range(3):
+            fields: dict[str, Any] = {"page_id": page_id, "title": f"page {page_id}", "content": f"text {n}"}
+            [vector] = embedder.embed_passages([fields["content"]])
+            paragraphs.append(
+                StoredParagraph(f"{page_id}-1-{n}", page_id, 1, n, fields, {VECTOR_FIELD: vector})
             )
-            for p in (1, 2)
-            for i in range(3)
-        ]
-
-    async def _gate(self) -> None:
-        if self.state == "down":
-            raise StoreUnavailable("connection refused")
-        if self.state == "hang":
-            await asyncio.sleep(3600)
-
-    async def ensure_ready(self) -> None:
-        pass
-
-    async def ping(self) -> bool:
-        return self.state == "up"
-
-    async def warm_up(self) -> None:
-        pass
-
-    async def replace_page(
-        self, *, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
-    ) -> None:
-        raise NotImplementedError
-
-    async def replace_pages(self, writes: Sequence[PageWrite]) -> dict[int, Exception]:
-        raise NotImplementedError
-
-    async def delete_page(self, *, page_id: int) -> int:
-        raise NotImplementedError
-
-    async def page_state(self, *, page_id: int) -> PageState | None:
-        return None
-
-    async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
-        return []
-
-    async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
-        return []
-
-    async def knn(
-        self, *, vector_field: str, vector: Vector, k: int, filters: Filters | None = None
-    ) -> list[SearchHit]:
-        await self._gate()
-        return [SearchHit(h.doc_id, 2.0 - n * 0.1, h.source) for n, h in enumerate(self.hits[:k])]
-
-    async def bm25(
-        self, *, query: str, k: int, fields: Sequence[str] | None = None, filters: Filters | None = None
-    ) -> list[SearchHit]:
-        await self._gate()
-        return [SearchHit(h.doc_id, 10.0 - n, h.source) for n, h in enumerate(reversed(self.hits[:k]))]
-
-    async def get(self, *, doc_ids: Sequence[str]) -> list[SearchHit]:
-        return []
-
-    async def count(self) -> int:
-        return len(self.hits)
-
-    async def close(self) -> None:
-        self.closed = True
+    return MemoryStore(paragraphs)
 
 
 @pytest.fixture()
-def fakes() -> tuple[SwitchableStore, OneHotEmbedder]:
-    return SwitchableStore(), OneHotEmbedder()
+def fakes() -> tuple[MemoryStore, HashEmbedder]:
+    embedder = HashEmbedder("mini", dimension=8, max_tokens=128)
+    return two_pages(embedder), embedder
 
 
 @pytest.fixture()
-def client(fakes: tuple[SwitchableStore, OneHotEmbedder]) -> Iterator[TestClient]:
+def client(fakes: tuple[MemoryStore, HashEmbedder]) -> Iterator[TestClient]:
     store, embedder = fakes
 
     @asynccontextmanager
@@ -224,9 +125,9 @@ def test_bad_input_is_422_naming_the_field(
 
 
 def test_store_down_is_503_naming_the_store(
-    client: TestClient, fakes: tuple[SwitchableStore, OneHotEmbedder]
+    client: TestClient, fakes: tuple[MemoryStore, HashEmbedder]
 ) -> None:
-    fakes[0].state = "down"
+    fakes[0].down = True
     r = client.post("/v1/retrieve", json={"query": "text"})
     assert r.status_code == 503
     assert r.json()["dependency"] == "store"
@@ -235,9 +136,9 @@ def test_store_down_is_503_naming_the_store(
 
 
 def test_store_that_hangs_is_503_within_the_timeout(
-    client: TestClient, fakes: tuple[SwitchableStore, OneHotEmbedder]
+    client: TestClient, fakes: tuple[MemoryStore, HashEmbedder]
 ) -> None:
-    fakes[0].state = "hang"
+    fakes[0].hang = True
     r = client.post("/v1/retrieve", json={"query": "text"})
     assert r.status_code == 503
     assert r.json()["dependency"] == "store"
@@ -245,7 +146,7 @@ def test_store_that_hangs_is_503_within_the_timeout(
 
 
 def test_model_down_is_503_naming_the_model(
-    client: TestClient, fakes: tuple[SwitchableStore, OneHotEmbedder]
+    client: TestClient, fakes: tuple[MemoryStore, HashEmbedder]
 ) -> None:
     fakes[1].broken = True
     r = client.post("/v1/retrieve", json={"query": "text", "mode": "semantic"})

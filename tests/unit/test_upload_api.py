@@ -10,13 +10,13 @@ import hashlib
 import io
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
 from fixtures.files.builders import make_docx, make_pdf, make_pptx, make_zip_bomb
-from support.ingest_fakes import FakeJobs, FakeSender
+from support.fakes import FakeIds, FakeJobs, FakeSender
 
 from ragbot.errors import PartTooLarge
 from ragbot.indexing.folder import content_revision
@@ -30,14 +30,6 @@ from ragbot_ingest.multipart import read_multipart
 from ragbot_ingest.upload_ids import UPLOAD_PAGE_ID_BASE
 
 CAP = 200_000
-
-
-@dataclass
-class FakeIds:
-    ids: dict[str, int] = field(default_factory=dict)
-
-    async def page_id(self, *, key: str) -> int:
-        return self.ids.setdefault(key, UPLOAD_PAGE_ID_BASE + len(self.ids))
 
 
 @dataclass
