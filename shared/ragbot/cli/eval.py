@@ -233,6 +233,7 @@ async def _eval(args: argparse.Namespace) -> Any:
             reranker=reranker,
             configs=configs,
             max_tokens=get_worker_settings().paragraph_tokens,
+            link_targets=get_worker_settings().link_targets,  # what the worker stores
             retrieval_size=args.retrieval_size,
             reindex=not args.reuse_index,
             store_name=backend,

@@ -12,6 +12,7 @@ from ragbot.evaluation.configs import MAX_PAGES, EvalConfig, standard_configs
 from ragbot.evaluation.data import BeirDataset, beir_page, page_ids
 from ragbot.evaluation.metrics import latency_summary, score_run
 from ragbot.evaluation.report import ConfigResult, EvalReport
+from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, DEFAULT_PARAGRAPH_TOKENS, LinkTargets
 from ragbot.indexing.pipeline import IndexingHooks, IndexingPipeline, SplitOptions
 from ragbot.ports import Embedder, Reranker, SearchStore
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
@@ -40,12 +41,15 @@ async def index_dataset(
     definition: DocumentDefinition,
     embedders: Mapping[str, Embedder],
     max_tokens: int,
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     show_progress: bool = False,
 ) -> IndexStats:
     """Index every document as one page through the indexing pipeline, as the worker would."""
     started = time.perf_counter()
     pipeline = IndexingPipeline(
-        definition=definition, embedders=embedders, split=SplitOptions(max_tokens=max_tokens)
+        definition=definition,
+        embedders=embedders,
+        split=SplitOptions(max_tokens=max_tokens, link_targets=link_targets),
     )
     ids = page_ids(dataset)
     pages = [beir_page(dataset.corpus[doc_id], page_id) for page_id, doc_id in ids.items()]
@@ -107,7 +111,8 @@ async def evaluate(
     defaults: RetrievalDefaults,
     reranker: Reranker | None = None,
     configs: Sequence[EvalConfig] | None = None,
-    max_tokens: int = 512,
+    max_tokens: int = DEFAULT_PARAGRAPH_TOKENS,
+    link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     retrieval_size: int = 100,
     pages: int = MAX_PAGES,
     reindex: bool = True,
@@ -123,6 +128,7 @@ async def evaluate(
             definition=definition,
             embedders=embedders,
             max_tokens=max_tokens,
+            link_targets=link_targets,
             show_progress=show_progress,
         )
     engine = RetrievalEngine(
