@@ -16,7 +16,7 @@ from typing import Any
 
 from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.embedders import build_embedders
-from ragbot.indexing.embed import build_stored_paragraphs
+from ragbot.indexing.pipeline import IndexingPipeline, SplitOptions
 from ragbot.ports import Embedder
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.schemas.pages import Page
@@ -70,14 +70,13 @@ async def build_sample_store(path: Path, *, count: int = SAMPLE_PAGES) -> list[P
     )
     await store.ensure_ready()
     pages = sample_pages(count)
+    # Link targets kept: the browser tests' English queries find these Hebrew pages by the English
+    # words of their links' targets (what a deployment with RAGBOT_WORKER_LINK_TARGETS=keep stores).
+    split = SplitOptions(max_tokens=MAX_TOKENS, link_targets="keep")
+    pipeline = IndexingPipeline(definition=definition, embedders={MODEL: embedder}, split=split)
     try:
         for page in pages:
-            paragraphs = build_stored_paragraphs(
-                page, definition=definition, embedders={MODEL: embedder}, max_tokens=MAX_TOKENS
-            )
-            await store.replace_page(
-                page_id=page.page_id, revision_id=page.revision_id, paragraphs=paragraphs
-            )
+            await pipeline.index([page], store=store)
     finally:
         await store.close()
     return pages
