@@ -35,6 +35,7 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "embedded_store": [py, "bench/embedded_store.py"],
         "indexing": [py, "bench/indexing.py"],
         "chat": [py, "bench/chat.py"],
+        "security": [py, "bench/security.py"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"
