@@ -209,6 +209,12 @@ class LLMSettings(BaseSettings):
     # Tokens llama.cpp processes per step across slots: smaller keeps streams flowing while another
     # request's prompt is read, larger reads long prompts a little faster.
     llamacpp_batch_tokens: int = Field(default=512, ge=32, le=8192)
+    # Repetition controls of llama.cpp's sampler for the embedded model (small models loop): a
+    # penalty on tokens of the last ``repeat_last_n``, and the DRY sampler against repeated phrases
+    # (0 turns each off).
+    llamacpp_repeat_penalty: float = Field(default=1.1, ge=1.0, le=2.0)
+    llamacpp_repeat_last_n: int = Field(default=128, ge=0, le=4096)
+    llamacpp_dry_multiplier: float = Field(default=0.8, ge=0.0, le=5.0)
 
 
 class ChatSettings(LLMSettings):

@@ -195,3 +195,15 @@ async def test_an_unloaded_or_missing_model_is_an_error(tmp_path: Path) -> None:
     broken.write_bytes(b"GGUF" + json.dumps({"not": "a model"}).encode())
     with pytest.raises(LLMError, match="could not load"):
         await asyncio.to_thread(LlamaCppChatModel(model_path=broken).warm_up)
+
+
+def test_the_llamacpp_request_carries_the_configured_repetition_controls() -> None:
+    body = chat_body(messages=MESSAGES, temperature=0.0, max_tokens=3, cache_prompt=True)
+    assert (body["repeat_penalty"], body["repeat_last_n"], body["dry_multiplier"]) == (1.1, 128, 0.8)
+    configured = build_llm(
+        settings=ChatSettings(
+            llamacpp_repeat_penalty=1.3, llamacpp_repeat_last_n=64, llamacpp_dry_multiplier=0
+        )
+    )
+    assert isinstance(configured, LlamaCppChatModel)
+    assert configured.repetition.body() == {"repeat_penalty": 1.3, "repeat_last_n": 64, "dry_multiplier": 0}

@@ -40,7 +40,7 @@ def build_llm(*, settings: LLMSettings) -> ChatModel:
             connect_timeout_s=settings.llm_connect_timeout_s,
             read_timeout_s=settings.llm_first_token_timeout_s,
         )
-    from ragbot.llms.llamacpp import LlamaCppChatModel
+    from ragbot.llms.llamacpp import LlamaCppChatModel, Repetition
 
     return LlamaCppChatModel(
         model_path=settings.llamacpp_model_path,
@@ -50,4 +50,9 @@ def build_llm(*, settings: LLMSettings) -> ChatModel:
         context_tokens=settings.llamacpp_context_tokens,
         cache_prompt=settings.llamacpp_cache_prompt,
         batch_tokens=settings.llamacpp_batch_tokens,
+        repetition=Repetition(
+            penalty=settings.llamacpp_repeat_penalty,
+            last_n=settings.llamacpp_repeat_last_n,
+            dry_multiplier=settings.llamacpp_dry_multiplier,
+        ),
     )

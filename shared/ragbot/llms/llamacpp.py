@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,38 @@ def default_threads() -> int:
     return max(1, available // 2)
 
 
+@dataclass(frozen=True, slots=True)
+class Repetition:
+    """llama.cpp's repetition controls: a penalty over the last tokens, and the DRY phrase sampler."""
+
+    penalty: float = 1.1
+    last_n: int = 128
+    dry_multiplier: float = 0.8
+
+    def body(self) -> dict[str, Any]:
+        """The sampler fields of a llama.cpp request (a field at 0 or 1.0 turns its control off)."""
+        return {
+            "repeat_penalty": self.penalty,
+            "repeat_last_n": self.last_n,
+            "dry_multiplier": self.dry_multiplier,
+        }
+
+
 def chat_body(
-    *, messages: Sequence[ChatMessage], temperature: float | None, max_tokens: int, cache_prompt: bool
+    *,
+    messages: Sequence[ChatMessage],
+    temperature: float | None,
+    max_tokens: int,
+    cache_prompt: bool,
+    repetition: Repetition | None = None,
 ) -> dict[str, Any]:
     """The OpenAI-style request llama.cpp's server handles (no ``temperature`` when it is None)."""
     return openai_chat_body(
-        messages=messages, temperature=temperature, max_tokens=max_tokens, cache_prompt=cache_prompt
+        messages=messages,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        cache_prompt=cache_prompt,
+        **(repetition or Repetition()).body(),
     )
 
 
@@ -82,6 +109,7 @@ class LlamaCppChatModel:
         context_tokens: int = 4096,
         cache_prompt: bool = True,
         batch_tokens: int = 512,
+        repetition: Repetition | None = None,
     ) -> None:
         self.model_path = model_path
         self._name = model_name
@@ -90,6 +118,7 @@ class LlamaCppChatModel:
         self.context_tokens = context_tokens
         self.cache_prompt = cache_prompt
         self.batch_tokens = batch_tokens
+        self.repetition = repetition or Repetition()
         self._server: Any = None
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -175,7 +204,11 @@ class LlamaCppChatModel:
         """Generate on a worker thread; pieces arrive as llama.cpp produces them."""
         usage = Usage()
         body = chat_body(
-            messages=messages, temperature=temperature, max_tokens=max_tokens, cache_prompt=self.cache_prompt
+            messages=messages,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            cache_prompt=self.cache_prompt,
+            repetition=self.repetition,
         )
         return TokenStream(self._generate(body, usage), usage)
 
