@@ -224,7 +224,8 @@ def test_a_model_without_temperature_gets_none_sent(redis_url: str) -> None:
 
 
 def test_a_search_whose_client_gave_up_stops_generating(redis_url: str) -> None:
-    llm = ScriptedLLM(lambda _: " ".join(["מילה"] * 400), delay_s=0.02)
+    # 400 different words: a long answer that is not a loop (the loop detector would end that one)
+    llm = ScriptedLLM(lambda _: " ".join(f"מילה{n}" for n in range(400)), delay_s=0.02)
     with chat_server(llm=llm, redis_url=redis_url) as running:
         with httpx.Client(base_url=running.url, timeout=1.5) as http, pytest.raises(httpx.ReadTimeout):
             http.post("/search", json={"query": QUERY, "asked_from": "testing interface"})

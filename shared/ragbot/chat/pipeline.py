@@ -31,6 +31,7 @@ from ragbot.chat.events import (
     SourcesEvent,
     TokenEvent,
 )
+from ragbot.chat.loops import LoopDetector, cut_at_word
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
@@ -164,7 +165,7 @@ class ChatPipeline:
             idle_s=self.settings.llm_idle_timeout_s,
             total_s=self.settings.llm_total_timeout_s,
         )
-        pieces: list[str] = []
+        detector = LoopDetector()
         llm_started = time.perf_counter()
         first_at: float | None = None
         try:
@@ -179,8 +180,10 @@ class ChatPipeline:
                     self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
                         first_at - started
                     )
-                pieces.append(piece)
                 yield TokenEvent(piece)
+                if detector.feed(piece):
+                    logger.warning("the answer repeats itself: ended", extra={"backend": self.llm.backend})
+                    break
         except LLMError as exc:
             self.metrics.llm_errors.labels(self.llm.backend, "answer").inc()
             self._count(request, "error")
@@ -198,10 +201,14 @@ class ChatPipeline:
             self.metrics.tokens_per_second.labels(self.llm.backend).observe(
                 (usage.completion_tokens - 1) / (ended - first_at)
             )
-        answer = "".join(pieces)
+        answer, finish_reason = detector.kept, usage.finish_reason
+        if detector.looping:
+            finish_reason = "loop"  # the repeats are dropped from the answer that is stored and shown
+        elif finish_reason == "length":
+            answer = cut_at_word(answer)  # the token cap: never a half word, and the cut is marked
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
-        yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, usage.finish_reason)
+        yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
 
     def _count(self, request: ChatRequest, outcome: str) -> None:
         self.metrics.answers.labels(request.mode, request.channel, outcome).inc()
