@@ -112,7 +112,7 @@ class ScriptedLLM:
                 usage.completion_tokens += 1
                 yield piece
             usage.prompt_tokens = sum(len(m.content.split()) for m in call.messages)
-            usage.finish_reason = "stop"
+            usage.finish_reason = "length" if len(words) > call.max_tokens else "stop"  # as servers say
             finished = True
         finally:
             if not finished:

@@ -474,3 +474,29 @@ async def test_a_failing_current_page_lookup_does_not_sink_the_answer() -> None:
     assert isinstance(events[-1], DoneEvent) and len(sources_of(events).sources) == 3
     assert "page_id" in sources_of(events).debug["retrieval"]["debug"]["current_page_error"]
     assert len(llm.calls) == 1
+
+
+async def test_an_answer_that_repeats_itself_is_ended_and_stored_without_the_repeats() -> None:
+    looping = "The allowance is paid monthly [1]. " + "paid monthly " * 40
+    llm = ScriptedLLM(lambda _: looping)
+    pipeline, *_ = make(DOCS, llm=llm)
+    events = [e async for e in pipeline.run(ChatRequest(question="q", mode="grounded", language="en"))]
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason == "loop"
+    assert (
+        done.answer.startswith("The allowance is paid monthly [1].")
+        and done.answer.count("paid monthly") <= 2
+    )
+    assert llm.calls[-1].closed_early and llm.calls[-1].pieces_sent < 40
+
+
+async def test_an_answer_cut_by_the_token_cap_ends_at_a_word_and_says_so() -> None:
+    llm = ScriptedLLM(
+        lambda _: "Benefits are paid monthly [1]. Claims are filed at the nearest branch office"
+    )
+    pipeline, *_ = make(DOCS, llm=llm)
+    request = ChatRequest(question="q", mode="grounded", language="en", max_tokens=8)
+    events = [e async for e in pipeline.run(request)]
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason == "length"
+    assert done.answer == "Benefits are paid monthly [1]. …"
