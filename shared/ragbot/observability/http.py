@@ -176,7 +176,8 @@ def add_error_handlers(app: FastAPI) -> None:
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RagbotError)
         status, body = _error_body(exc)
-        log = logger.error if status >= 500 else logger.info
+        # A full LLM queue is load, not a fault: a warning, so a burst does not flood the error log.
+        log = logger.warning if isinstance(exc, LLMBusy) else logger.error if status >= 500 else logger.info
         log("request failed: %s", exc, extra={"status": status, "error_type": type(exc).__name__})
         return JSONResponse(body, status_code=status, headers=retry_after_headers(exc))
 
