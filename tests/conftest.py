@@ -15,6 +15,8 @@ import redis
 # Tests never download models: the packaged ones are on disk, anything else is a bug.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# Apps under test count no rate limits unless a test gives them a limiter (tests/unit/test_rate_limits.py).
+os.environ.setdefault("RAGBOT_RATE_LIMIT_ENABLED", "false")
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 DEFAULT_ES_URL = "http://127.0.0.1:9250"

@@ -15,7 +15,9 @@ it; a route that catches one itself says so. "Retried" is the embedder worker's 
     ├── NotFound                    404                                      not retried
     ├── DependencyUnavailable       503 (``dependency`` in the body)         retried
     │   ├── StoreUnavailable        503, dependency "store"                  retried
-    │   └── LLMError                503, dependency "llm"                    retried
+    │   ├── LLMError                503, dependency "llm"                    retried
+    │   └── LLMBusy                 503 + Retry-After: no generation slot    retried
+    ├── RateLimited                 429 + Retry-After (a client's limit)     not retried
     ├── SourceError                 500                                      retried
     ├── SourceRefused               422                                      not retried
     ├── EmbeddingError              500                                      not retried
@@ -99,6 +101,23 @@ class LLMError(DependencyUnavailable):
 
     def __init__(self, message: str, *, dependency: str = "llm") -> None:
         super().__init__(message, dependency=dependency)
+
+
+class LLMBusy(DependencyUnavailable):
+    """Every generation slot is taken and the wait queue is full (or the wait ran out): retry later."""
+
+    def __init__(self, message: str, *, retry_after_s: int, dependency: str = "llm") -> None:
+        super().__init__(message, dependency=dependency)
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(RagbotError):
+    """A client used up a limit (``limit``: "30 per 1 minute"); it may retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
 
 
 class SourceError(RagbotError):

@@ -275,6 +275,13 @@ class ChatSettings(LLMSettings):
     widget_feedback_chars: int = Field(default=1000, ge=1, le=100000)
     widget_timezone: str = "UTC"
     widget_cors_origins: list[str] = Field(default_factory=list)
+    # LLM admission control (ragbot.chat.admission): answers generated at once by this process (empty:
+    # llamacpp_parallel for the embedded model, 8 for a server), answers that may wait for a slot, and
+    # how long one waits; past the queue (or the wait) a 503 with Retry-After of busy_retry_after_s.
+    max_concurrent_generations: int | None = Field(default=None, ge=1, le=1024)
+    max_queued_generations: int = Field(default=32, ge=0, le=100_000)
+    generation_queue_timeout_s: float = Field(default=120.0, gt=0)
+    busy_retry_after_s: int = Field(default=5, ge=1, le=3600)
 
     @field_validator("widget_timezone")
     @classmethod
@@ -295,11 +302,72 @@ class ChatSettings(LLMSettings):
         return 1000 if self.llm_backend == "llamacpp" else 8000
 
     @property
+    def generation_slots(self) -> int:
+        """Answers generated at once: the setting, else the embedded model's slots, else 8."""
+        if self.max_concurrent_generations is not None:
+            return self.max_concurrent_generations
+        return self.llamacpp_parallel if self.llm_backend == "llamacpp" else 8
+
+    @property
     def history_budget_chars(self) -> int:
         """Characters of earlier turns per prompt: the setting, else a default that suits the backend."""
         if self.history_max_chars is not None:
             return self.history_max_chars
         return 600 if self.llm_backend == "llamacpp" else 6000
+
+
+class RateLimitSettings(BaseSettings):
+    """Fair limits per API key and per client address (``ragbot.http.limits``), counted in Redis.
+
+    Each value is a ``limits`` string, several joined by ";" (``"30/minute;500/day"``). A caller the
+    auth layer named is counted per key (``*_per_key``); any other caller per address.
+    """
+
+    model_config = _config("RAGBOT_RATE_LIMIT_")
+    enabled: bool = True
+    # moving-window (exact: N in any window), fixed-window or sliding-window-counter (limits' names).
+    strategy: Literal["moving-window", "fixed-window", "sliding-window-counter"] = "moving-window"
+    # A Redis call of the limiter waits at most this long; then the request passes (fail open).
+    redis_timeout_s: float = Field(default=0.5, gt=0)
+    # Native messages and /v1/chat/completions.
+    chat_per_key: str = "120/minute"
+    chat_per_address: str = "30/minute"
+    # Kol-Zchut /search (the wiki calls it for all its readers: give its key a high limit).
+    search_per_key: str = "600/minute"
+    search_per_address: str = "60/minute"
+    # The widget's /kzchatbot/v0/* routes.
+    widget_per_key: str = "300/minute"
+    widget_per_address: str = "60/minute"
+    # POST /v1/documents (ingest).
+    upload_per_key: str = "60/minute"
+    upload_per_address: str = "20/minute"
+    # POST /v1/retrieve (the chat service calls it once per answer).
+    retrieve_per_key: str = "1200/minute"
+    retrieve_per_address: str = "600/minute"
+
+    @field_validator(
+        "chat_per_key",
+        "chat_per_address",
+        "search_per_key",
+        "search_per_address",
+        "widget_per_key",
+        "widget_per_address",
+        "upload_per_key",
+        "upload_per_address",
+        "retrieve_per_key",
+        "retrieve_per_address",
+    )
+    @classmethod
+    def _limits_string(cls, value: str) -> str:
+        from limits import parse_many
+
+        try:
+            parse_many(value)
+        except ValueError:
+            raise ValueError(
+                f"not a rate limit: {value!r} (e.g. '30/minute' or '30/minute;500/day')"
+            ) from None
+        return value
 
 
 class ObservabilitySettings(BaseSettings):
@@ -372,6 +440,12 @@ def get_chat_settings() -> ChatSettings:
 
 
 @lru_cache
+def get_rate_limit_settings() -> RateLimitSettings:
+    """Rate limit settings, read once per process."""
+    return RateLimitSettings()
+
+
+@lru_cache
 def get_observability_settings() -> ObservabilitySettings:
     """Observability settings, read once per process."""
     return ObservabilitySettings()
@@ -390,6 +464,7 @@ def clear_settings_caches() -> None:
         get_retriever_settings,
         get_llm_settings,
         get_chat_settings,
+        get_rate_limit_settings,
         get_observability_settings,
     ):
         factory.cache_clear()

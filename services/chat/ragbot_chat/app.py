@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
+from ragbot.chat.admission import AdmissionGate
 from ragbot.chat.kolzchut import ConfigStore, default_config
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
@@ -78,6 +79,7 @@ def assemble(
         configs=configs,
         prompts=prompts,
         pipeline=pipeline,
+        admission=AdmissionGate.from_settings(settings),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from ragbot.chat.admission import AdmissionGate
 from ragbot.chat.kolzchut import ConfigStore
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
@@ -28,6 +29,7 @@ class Resources:
     configs: ConfigStore
     prompts: PromptLibrary
     pipeline: ChatPipeline
+    admission: AdmissionGate
 
 
 def get_resources(request: Request) -> Resources:

@@ -23,9 +23,10 @@ from ragbot.chat.kolzchut import KolZchutConfig, KolZchutConfigIn, RatingRequest
 from ragbot.chat.schemas import Rating
 from ragbot.chat.sessions import new_id
 from ragbot.errors import DependencyUnavailable, ValidationFailed
+from ragbot.http.limits import rate_limit
 from ragbot.prompts import detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import collect, error_status, run_and_store, sources_json
+from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
 from ragbot_chat.sse import CLIENT_GONE, unless_disconnected
 
 router = APIRouter(tags=["kolzchut"])
@@ -77,16 +78,20 @@ async def kolzchut_search(
     )
     conversation_id = new_id()
     asked_from = None if body.asked_from is None else str(body.asked_from)
-    sources, done, error = await collect(
-        run_and_store(
-            res=res,
-            request=request,
-            message_id=conversation_id,
-            session_id=None,
-            asked_from=asked_from,
-            forwarded_for=forwarded_for,
+    slot = await res.admission.acquire()  # LLMBusy: 503 + Retry-After at once when the queue is full
+    try:
+        sources, done, error = await collect(
+            run_and_store(
+                res=res,
+                request=request,
+                message_id=conversation_id,
+                session_id=None,
+                asked_from=asked_from,
+                forwarded_for=forwarded_for,
+            )
         )
-    )
+    finally:
+        slot.release()
     docs = [{"title": s.title, "url": s.url} for s in unique_pages(sources.sources if sources else [])]
     if error is not None:
         return error_status(error), {
@@ -158,7 +163,7 @@ async def kolzchut_models_version(*, res: Resources) -> list[str]:
 # -- routes ------------------------------------------------------------------------------------------
 
 
-@router.post("/search")
+@router.post("/search", responses=LIMITED_RESPONSES, dependencies=[rate_limit("search")])
 async def search(
     body: SearchRequest,
     res: ResourcesDep,

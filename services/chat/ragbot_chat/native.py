@@ -35,9 +35,10 @@ from ragbot.chat.schemas import (
     Usage,
 )
 from ragbot.chat.sessions import new_id
+from ragbot.http.limits import rate_limit
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import collect, error_status, run_and_store, sources_json
+from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
 from ragbot_chat.sse import CLIENT_GONE, event_stream, sse, unless_disconnected
 
 router = APIRouter(prefix="/v1", tags=["chat"])
@@ -186,7 +187,8 @@ async def get_session(session_id: str, res: ResourcesDep) -> SessionView:
 @router.post(
     "/sessions/{session_id}/messages",
     response_model=AnswerResponse,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={200: {"content": {"text/event-stream": {}}}, **LIMITED_RESPONSES},
+    dependencies=[rate_limit("chat")],
 )
 async def post_message(
     session_id: str,
@@ -198,11 +200,15 @@ async def post_message(
 ) -> Response:
     """Ask a question: SSE ``sources``, ``token``s, then ``done`` or ``error`` (or JSON with stream=false)."""
     message_id, request, session = await start_message(res=res, session_id=session_id, body=body)
+    slot = await res.admission.acquire()  # LLMBusy (503 + Retry-After) before any byte is sent
     events = run_and_store(res=res, request=request, message_id=message_id, session_id=session.session_id)
     if stream:
         chunks = sse_stream(events, message_id=message_id, session_id=session_id, include_debug=debug)
-        return event_stream(chunks, every_s=res.settings.sse_ping_s)
-    collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
+        return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
+    try:
+        collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
+    finally:
+        slot.release()
     if collected is None:
         return Response(status_code=CLIENT_GONE)
     sources, done, error = collected

@@ -27,9 +27,10 @@ from ragbot.chat.events import (
 from ragbot.chat.schemas import Mode, Source
 from ragbot.chat.sessions import new_id
 from ragbot.errors import ValidationFailed
+from ragbot.http.limits import rate_limit
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import collect, error_status, run_and_store, sources_json
+from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
 from ragbot_chat.sse import CLIENT_GONE, event_stream, unless_disconnected
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -222,17 +223,21 @@ def openai_completion(
 # -- routes ------------------------------------------------------------------------------------------
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses=LIMITED_RESPONSES, dependencies=[rate_limit("chat")])
 async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep, http_request: Request) -> Response:
     """Answer the last user message with retrieval and citations, in OpenAI's shapes."""
     request = openai_turn(res=res, messages=body.messages, mode=body.mode)
     completion_id = f"chatcmpl-{new_id()}"
     model = body.model or "ragbot"
+    slot = await res.admission.acquire()  # LLMBusy (503 + Retry-After) before any byte is sent
     events = run_and_store(res=res, request=request, message_id=completion_id, session_id=None)
     if body.stream:
         chunks = openai_stream(events, request=request, completion_id=completion_id, model=model)
-        return event_stream(chunks, every_s=res.settings.sse_ping_s)
-    collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
+        return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
+    try:
+        collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
+    finally:
+        slot.release()
     if collected is None:
         return Response(status_code=CLIENT_GONE)
     sources, done, error = collected

@@ -16,9 +16,19 @@ from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent, ErrorEvent, So
 from ragbot.chat.schemas import Source, Turn
 from ragbot.chat.sessions import MessageRecord, now_iso
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.limits import RATE_LIMITED, RETRY_AFTER_HEADER
 from ragbot_chat.deps import Resources
 
 logger = logging.getLogger(__name__)
+
+LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **RATE_LIMITED,
+    503: {
+        "description": "a dependency is down, or every LLM slot and the wait queue are taken",
+        "headers": RETRY_AFTER_HEADER,
+    },
+}
+"""OpenAPI of the routes that are rate limited and admission controlled (429 and 503 with Retry-After)."""
 
 
 async def run_and_store(

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any, TypeVar
 
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,10 +35,30 @@ def sse(event: str, data: Mapping[str, Any] | str) -> bytes:
     return f"event: {event}\ndata: {body}\n\n".encode()
 
 
-def event_stream(chunks: AsyncIterator[bytes], *, every_s: float) -> StreamingResponse:
-    """The response carrying ``chunks`` as ``text/event-stream``, pinged when silent for ``every_s``."""
-    return StreamingResponse(
-        with_pings(chunks, every_s=every_s), media_type="text/event-stream", headers=dict(SSE_HEADERS)
+class ClosingStream(StreamingResponse):
+    """A streaming response that calls ``on_close`` once it is over: sent, failed, or its client gone."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
+
+
+def event_stream(
+    chunks: AsyncIterator[bytes], *, every_s: float, on_close: Callable[[], None] | None = None
+) -> StreamingResponse:
+    """The response carrying ``chunks`` as ``text/event-stream``, pinged when silent for ``every_s``;
+    ``on_close`` runs when the stream is over (an admission slot goes back)."""
+    content = with_pings(chunks, every_s=every_s)
+    if on_close is None:
+        return StreamingResponse(content, media_type="text/event-stream", headers=dict(SSE_HEADERS))
+    return ClosingStream(
+        content, on_close=on_close, media_type="text/event-stream", headers=dict(SSE_HEADERS)
     )
 
 

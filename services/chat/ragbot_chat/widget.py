@@ -39,7 +39,9 @@ from ragbot.chat.widget import (
     WidgetUsers,
     find_banned,
 )
-from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, ValidationFailed
+from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, RateLimited, ValidationFailed
+from ragbot.http.limits import rate_limit
+from ragbot.observability.http import retry_after_headers
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.kolzchut import first_forwarded, kolzchut_search
 
@@ -183,6 +185,8 @@ def _refusal(exc: Exception, *, not_found: str) -> tuple[int, str]:
         return 400, MESSAGES["invalid"]
     if isinstance(exc, NotFound):
         return 404, MESSAGES[not_found]
+    if isinstance(exc, RateLimited):
+        return 429, MESSAGES["rate_limited"].format(seconds=exc.retry_after_s)
     if isinstance(exc, DependencyUnavailable):
         return 503, MESSAGES["unavailable"]
     return 500, MESSAGES["failed"]
@@ -211,7 +215,7 @@ class _WidgetRoute(APIRoute):
                     exc,
                     extra={"status": status, "error_type": type(exc).__name__, "path": request.url.path},
                 )
-                return JSONResponse(self.body(message), status_code=status)
+                return JSONResponse(self.body(message), status_code=status, headers=retry_after_headers(exc))
 
         return handle
 
@@ -240,7 +244,12 @@ question_router = APIRouter(prefix=PREFIX, tags=["kolzchut widget"], route_class
 rate_router = APIRouter(prefix=PREFIX, tags=["kolzchut widget"], route_class=RateRoute)
 
 
-@question_router.get("/status", response_model=WidgetStatus, responses=_errors(MessageError, 503))
+@question_router.get(
+    "/status",
+    response_model=WidgetStatus,
+    responses=_errors(MessageError, 429, 503),
+    dependencies=[rate_limit("widget")],
+)
 async def status(
     res: ResourcesDep,
     response: Response,
@@ -255,6 +264,7 @@ async def status(
     "/question",
     response_model=QuestionAnswer,
     responses=_errors(MessageError, 400, 403, 404, 413, 429, 503),
+    dependencies=[rate_limit("widget")],
 )
 async def question(
     body: QuestionRequest,
@@ -269,7 +279,12 @@ async def question(
     return await widget_question(res=res, body=body, client_ip=client_ip)
 
 
-@rate_router.post("/rate", response_model=RateResult, responses=_errors(TranslatedError, 400, 404, 503))
+@rate_router.post(
+    "/rate",
+    response_model=RateResult,
+    responses=_errors(TranslatedError, 400, 404, 429, 503),
+    dependencies=[rate_limit("widget")],
+)
 async def rate(body: RateRequest, res: ResourcesDep) -> RateResult:
     """Like, dislike or withdraw on an answer, with optional text; called again, the last write wins."""
     return await widget_rate(res=res, body=body)

@@ -16,6 +16,7 @@ from ragbot.errors import (
     UploadsRefused,
     ValidationFailed,
 )
+from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
@@ -168,7 +169,12 @@ def _check_declared_length(request: Request, limit: int) -> None:
     response_model=UploadsAccepted,
     tags=["documents"],
     openapi_extra=_UPLOAD_BODY,
-    responses={413: {"description": "a file is over the size cap"}, 415: {"description": "not multipart"}},
+    responses={
+        413: {"description": "a file is over the size cap"},
+        415: {"description": "not multipart"},
+        **RATE_LIMITED,
+    },
+    dependencies=[rate_limit("upload")],
 )
 async def upload_documents(
     request: Request,

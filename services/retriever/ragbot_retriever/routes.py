@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot_retriever.deps import EngineDep
 
@@ -25,7 +26,12 @@ class ModelsResponse(BaseModel):
     models: list[ModelInfo]
 
 
-@router.post("/retrieve", response_model=RetrieveResponse)
+@router.post(
+    "/retrieve",
+    response_model=RetrieveResponse,
+    responses=RATE_LIMITED,
+    dependencies=[rate_limit("retrieve")],
+)
 async def retrieve(body: RetrieveRequest, engine: EngineDep) -> RetrieveResponse:
     """Dense + BM25 retrieval, fused and grouped by page, with debug and timings."""
     return await engine.retrieve(body)

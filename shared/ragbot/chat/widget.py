@@ -103,6 +103,7 @@ MESSAGES: Final[dict[str, str]] = {
     "unknown_answer": "התשובה לא נמצאה",
     "unavailable": "השירות אינו זמין כרגע. נא לנסות שוב מאוחר יותר",
     "failed": "אירעה שגיאה. נא לנסות שוב",
+    "rate_limited": "נשלחו יותר מדי בקשות. נא לנסות שוב בעוד {seconds} שניות",
 }
 
 

@@ -2,7 +2,8 @@
 
 A service passes a ``resources`` factory (its composition root, or a test's fakes) and readiness
 checks that read those resources; ``app.state.resources`` holds them while the app runs and the
-services' FastAPI dependencies read them back with ``app_resources``.
+services' FastAPI dependencies read them back with ``app_resources``. The lifespan also holds the
+rate limiter (``app.state.rate_limiter``, built from settings unless a test set one before start).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import TypeVar
 from fastapi import APIRouter, FastAPI, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.limits import RateLimiter
 from ragbot.observability.http import ReadinessCheck, setup_observability
+from ragbot.settings import get_rate_limit_settings, get_redis_settings
 
 R = TypeVar("R")
 
@@ -30,10 +33,19 @@ def create_service_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with resources() as res:
-            app.state.resources = res
-            yield
-            app.state.resources = None
+        owned: RateLimiter | None = None
+        if getattr(app.state, "rate_limiter", None) is None:
+            owned = RateLimiter.from_settings(settings=get_rate_limit_settings(), redis=get_redis_settings())
+            app.state.rate_limiter = owned
+        try:
+            async with resources() as res:
+                app.state.resources = res
+                yield
+                app.state.resources = None
+        finally:
+            if owned is not None:
+                app.state.rate_limiter = None
+                await owned.close()
 
     app = FastAPI(title=f"ragbot {service}", version="1", lifespan=lifespan)
 

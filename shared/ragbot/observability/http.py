@@ -20,8 +20,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ragbot.errors import (
     ConfigurationError,
     DependencyUnavailable,
+    LLMBusy,
     NotFound,
     RagbotError,
+    RateLimited,
     SourceRefused,
     ValidationFailed,
 )
@@ -148,6 +150,10 @@ def _error_body(exc: RagbotError) -> tuple[int, dict[str, Any]]:
         return 422, {"detail": [{"loc": loc, "msg": str(exc), "type": "value_error"}]}
     if isinstance(exc, NotFound):
         return 404, {"detail": str(exc)}
+    if isinstance(exc, RateLimited):
+        return 429, {"detail": str(exc), "limit": exc.limit, "retry_after_s": exc.retry_after_s}
+    if isinstance(exc, LLMBusy):
+        return 503, {"detail": str(exc), "dependency": exc.dependency, "retry_after_s": exc.retry_after_s}
     if isinstance(exc, DependencyUnavailable):
         return 503, {"detail": str(exc), "dependency": exc.dependency}
     if isinstance(exc, SourceRefused):
@@ -157,15 +163,23 @@ def _error_body(exc: RagbotError) -> tuple[int, dict[str, Any]]:
     return 500, {"detail": "internal error"}
 
 
+def retry_after_headers(exc: BaseException) -> dict[str, str]:
+    """``Retry-After`` for the errors that know when to come back (a rate limit, a full LLM queue)."""
+    if isinstance(exc, RateLimited | LLMBusy):
+        return {"Retry-After": str(exc.retry_after_s)}
+    return {}
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Map ragbot's exception hierarchy to HTTP status codes with a clear message (one place)."""
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RagbotError)
         status, body = _error_body(exc)
-        log = logger.error if status >= 500 else logger.info
+        # A full LLM queue is load, not a fault: a warning, so a burst does not flood the error log.
+        log = logger.warning if isinstance(exc, LLMBusy) else logger.error if status >= 500 else logger.info
         log("request failed: %s", exc, extra={"status": status, "error_type": type(exc).__name__})
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=status, headers=retry_after_headers(exc))
 
     app.add_exception_handler(RagbotError, handle)
 
