@@ -1,7 +1,8 @@
 """What every HTTP service's app factory shares: the lifespan that holds resources, readiness, routers.
 
 A service passes a ``resources`` factory (its composition root, or a test's fakes) and readiness
-checks that read those resources; ``app.state.resources`` holds them while the app runs and the
+checks that read those resources (and every JSON body is checked first, ``ragbot.http.json_guard``);
+``app.state.resources`` holds them while the app runs and the
 services' FastAPI dependencies read them back with ``app_resources``.
 """
 
@@ -14,6 +15,7 @@ from typing import TypeVar
 from fastapi import APIRouter, FastAPI, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.observability.http import ReadinessCheck, setup_observability
 
 R = TypeVar("R")
@@ -44,6 +46,7 @@ def create_service_app(
 
         return ready
 
+    app.add_middleware(JsonGuardMiddleware)  # inside the observability middleware: refusals are counted
     setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
     for router in routers:
         app.include_router(router)

@@ -43,6 +43,7 @@ from ragbot.messaging.jobs import JobStore
 from ragbot.schemas.jobs import JobRecord, JobState
 from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page
+from ragbot.sources.ssrf import PinnedTransport
 from ragbot.sources.wiki import USER_AGENT, check_callback_url
 
 __all__ = [
@@ -215,7 +216,7 @@ class WikiLister:
             follow_redirects=False,
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
             trust_env=False,
-            transport=self._transport,
+            transport=self._transport or PinnedTransport(allowed_hosts=self.allowed_hosts),
         ) as client:
             while url is not None:
                 requests += 1
