@@ -444,6 +444,23 @@ def catalogue() -> list[BadInput]:
             b'{"messages": [], "top_p": NaN}',
             words="not a JSON number",
         ),
+        # -- the widget keeps its own protocol for bad bodies: 400 with a Hebrew message
+        BadInput(
+            "widget: 10k levels",
+            "chat",
+            "POST",
+            "/kzchatbot/v0/question",
+            f'{{"text": {_nested(10_000)}, "uuid": "u"}}'.encode(),
+            expect=400,
+        ),
+        BadInput(
+            "widget: invalid UTF-8",
+            "chat",
+            "POST",
+            "/kzchatbot/v0/question",
+            b'{"text": "\xff", "uuid": "u"}',
+            expect=400,
+        ),
     ]
     return cases
 

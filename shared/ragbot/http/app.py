@@ -27,6 +27,7 @@ def create_service_app(
     resources: Callable[[], AbstractAsyncContextManager[R]],
     checks: Mapping[str, Callable[[R], Awaitable[bool]]],
     routers: Sequence[APIRouter],
+    json_exempt_prefixes: Sequence[str] = (),
 ) -> FastAPI:
     """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them."""
 
@@ -46,7 +47,8 @@ def create_service_app(
 
         return ready
 
-    app.add_middleware(JsonGuardMiddleware)  # inside the observability middleware: refusals are counted
+    # Inside the observability middleware, so its refusals are counted and carry a request id.
+    app.add_middleware(JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes)
     setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
     for router in routers:
         app.include_router(router)

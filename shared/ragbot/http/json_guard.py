@@ -5,7 +5,8 @@ and lets ``1e400`` (infinity), 40-digit integers, lone surrogates and 10,000-lev
 models and the stores. This ASGI middleware reads every body sent as ``application/json`` (or
 ``*/*+json``), refuses a bad one with the validation error shape every route already documents
 (``422 {"detail": [{"loc": ["body"], "msg": ..., "type": "json_invalid"}]}``, the message saying what to
-fix) or ``413`` over ``MAX_JSON_BODY_BYTES``, and hands a good one on unchanged.
+fix) or ``413`` over ``MAX_JSON_BODY_BYTES``, and hands a good one on unchanged. Routes with a protocol
+of their own for bad bodies (the Kol-Zchut widget's Hebrew 400s) are exempted by path prefix.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -101,15 +103,26 @@ class JsonGuardMiddleware:
     """Refuses bad JSON bodies with a 422 (or 413) naming the problem; passes good ones on as they came."""
 
     def __init__(
-        self, app: ASGIApp, *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BODY_BYTES
+        self,
+        app: ASGIApp,
+        *,
+        max_depth: int = MAX_JSON_DEPTH,
+        max_bytes: int = MAX_JSON_BODY_BYTES,
+        exempt_prefixes: Sequence[str] = (),
     ) -> None:
         self.app = app
+        self.exempt_prefixes = tuple(exempt_prefixes)
         self.max_depth = max_depth
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check one request's JSON body; other requests pass through untouched."""
-        if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS or not _is_json(scope):
+        if (
+            scope["type"] != "http"
+            or scope.get("method") not in _BODY_METHODS
+            or not _is_json(scope)
+            or str(scope.get("path", "")).startswith(self.exempt_prefixes)
+        ):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []

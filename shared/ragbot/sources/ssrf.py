@@ -127,9 +127,9 @@ class AllowList:
             return None
         if kind in ("a loopback address", "a private address") and match == "exact":
             return None
-        seen = host if _ip(host) == ip else f"{host} resolves to {ip}, which"
+        what = f"it is {kind}" if _ip(host) == ip else f"it resolves to {ip}, {kind}"
         return (
-            f"callback_url host {seen} is {kind} the allow-list does not cover; "
+            f"callback_url host {host!r} is not allowed: {what} that the allow-list does not cover; "
             f"list the host by its exact name, or the address or its network (CIDR), in {SETTING}"
         )
 
