@@ -265,6 +265,34 @@ def catalogue() -> list[BadInput]:
         BadInput(
             "reindex: deep JSON", "ingest", "POST", "/v1/reindex", _nested(10_000).encode(), words="deeper"
         ),
+        # -- JSONL reindex lines (not JSON bodies: each line is checked as strictly)
+        BadInput(
+            "reindex line: 10k levels",
+            "ingest",
+            "POST",
+            "/v1/reindex",
+            _page().replace(b'"title"', b'"x": ' + _nested(10_000).encode() + b', "title"') + b"\n",
+            "application/x-ndjson",
+            words="line 1",
+        ),
+        BadInput(
+            "reindex line: 1e400 page id",
+            "ingest",
+            "POST",
+            "/v1/reindex",
+            _page() + b"\n" + b'{"page_id": 1e400, "title": "x"}\n',
+            "application/x-ndjson",
+            words="line 2",
+        ),
+        BadInput(
+            "reindex line: 40-digit page id",
+            "ingest",
+            "POST",
+            "/v1/reindex",
+            b'{"page_id": ' + b"9" * 40 + b"}\n",
+            "application/x-ndjson",
+            words="64-bit range",
+        ),
         # -- uploads
         BadInput(
             "upload: entity bomb",

@@ -310,3 +310,20 @@ def test_the_worker_dead_letters_a_fetch_to_a_forbidden_address(
     [dead] = jobs.dead
     assert dead["attempts"] == 1 and "SourceRefused" in dead["error"] and words in dead["error"]
     assert wiki.hosts == []  # the forbidden address was never contacted (nor the listening server)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"page_id": 7, "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", "deeper"),
+        (b'{"page_id": 1e400}', "64-bit float"),
+        (b'{"page_id": ' + b"9" * 40 + b"}", "64-bit range"),
+        (b'{"page_id": 7, "title": "\xff"}', "UTF-8"),
+    ],
+)
+async def test_a_hostile_content_api_body_is_refused_not_crashed_on(body: bytes, words: str) -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body)))
+    source = WikiPageSource(allowed_hosts=["wiki.test"], max_bytes=1_000_000, timeout_s=1.0, client=client)
+    with pytest.raises(SourceRefused, match="not JSON") as caught:
+        await source.fetch(page_id=7, callback_url="http://wiki.test" + PATH)
+    assert words in str(caught.value) and not is_retryable(caught.value)

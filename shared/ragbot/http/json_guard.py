@@ -11,84 +11,17 @@ of their own for bad bodies (the Kol-Zchut widget's Hebrew 400s) are exempted by
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Sequence
-from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ragbot.schemas.limits import MAX_INT64, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH
+from ragbot.schemas.limits import MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH
+from ragbot.schemas.strict_json import json_problem
 
 __all__ = ["JsonGuardMiddleware", "json_problem"]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_INT64_DIGITS = len(str(MAX_INT64))
-
-
-class _Refused(ValueError):
-    """A number JSON allows but no store can hold."""
-
-
-def _constant(name: str) -> Any:
-    raise _Refused(f"{name} is not a JSON number: send a finite number or null")
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _Refused(f"the number {text[:40]} is beyond the range of a 64-bit float: send a smaller one")
-    return value
-
-
-def _int(text: str) -> int:
-    digits = text.lstrip("-")
-    if len(digits) > _INT64_DIGITS or abs(int(text)) > MAX_INT64:
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        raise _Refused(
-            f"the integer {shown} is beyond the 64-bit range (at most {MAX_INT64}) that the stores hold"
-        )
-    return int(text)
-
-
-def _too_deep(value: Any, *, max_depth: int) -> str | None:
-    """Why ``value`` is refused after parsing: nesting past ``max_depth``, or a lone surrogate."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff escape): send real characters"
-            continue
-        if not isinstance(item, dict | list):
-            continue
-        if depth > max_depth:
-            return f"the body nests arrays or objects deeper than {max_depth} levels: flatten it"
-        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children)
-    return None
-
-
-def json_problem(body: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
-    """What is wrong with a JSON body, in words a client can act on; None when it is fine."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"the body is not valid UTF-8 (byte {exc.start}): send JSON encoded as UTF-8"
-    try:
-        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
-    except _Refused as exc:
-        return str(exc)
-    except RecursionError:
-        return f"the body nests arrays or objects deeper than {max_depth} levels: flatten it"
-    except json.JSONDecodeError as exc:
-        return f"the body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-    except ValueError as exc:  # e.g. an integer over Python's digit limit
-        return f"the body is not acceptable JSON: {exc}"
-    return _too_deep(value, max_depth=max_depth)
 
 
 def _is_json(scope: Scope) -> bool:

@@ -10,7 +10,6 @@ errors -> ``SourceError`` (retry); anything else -> ``SourceRefused`` (never ret
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from pydantic import ValidationError
 from ragbot.errors import SourceError, SourceRefused
 from ragbot.observability.logging import REQUEST_ID_HEADER, get_request_id
 from ragbot.schemas.pages import Page
+from ragbot.schemas.strict_json import JSONRefused, loads_strict
 from ragbot.sources.ssrf import AllowList, PinnedTransport, check_url
 
 logger = logging.getLogger(__name__)
@@ -121,8 +121,8 @@ class WikiPageSource:
 
     def _parse(self, body: bytes, *, page_id: int, url: httpx.URL) -> Page:
         try:
-            data: Any = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data: Any = loads_strict(body, max_depth=64)
+        except JSONRefused as exc:
             raise SourceRefused(f"{url}: body is not JSON ({exc})") from None
         if not isinstance(data, dict):
             raise SourceRefused(f"{url}: body is not a JSON object")
