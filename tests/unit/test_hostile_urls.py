@@ -9,6 +9,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -327,3 +328,48 @@ async def test_a_hostile_content_api_body_is_refused_not_crashed_on(body: bytes,
     with pytest.raises(SourceRefused, match="not JSON") as caught:
         await source.fetch(page_id=7, callback_url="http://wiki.test" + PATH)
     assert words in str(caught.value) and not is_retryable(caught.value)
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for the name wiki.internal (never for 127.0.0.1)."""
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subject = ["-subj", "/CN=wiki.internal", "-addext", "subjectAltName=DNS:wiki.internal"]
+    files = ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", *subject, *files],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_tls_over_the_pinned_address_verifies_the_name_not_the_address(
+    tls_cert: tuple[Path, Path],
+) -> None:
+    import ssl
+
+    cert, key = tls_cert
+    server = _Wiki()
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    server.server.socket = server_context.wrap_socket(server.server.socket, server_side=True)
+    try:
+        client_context = ssl.create_default_context(cafile=str(cert))
+        resolver = _Resolver({"wiki.internal": ["127.0.0.1"]})
+        transport = PinnedTransport(
+            allowed_hosts=["wiki.internal"], resolve=resolver, ssl_context=client_context
+        )
+        source = WikiPageSource(
+            allowed_hosts=["wiki.internal"],
+            max_bytes=100_000,
+            timeout_s=5.0,
+            client=httpx.AsyncClient(transport=transport),
+        )
+        page = await source.fetch(page_id=7, callback_url=f"https://wiki.internal:{server.port}{PATH}")
+        assert page is not None and page.page_id == 7  # the certificate was checked for wiki.internal
+        assert server.hosts == [f"wiki.internal:{server.port}"]
+    finally:
+        server.close()

@@ -26,6 +26,7 @@ import asyncio
 import ipaddress
 import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -241,11 +242,18 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
 class PinnedTransport(httpx.AsyncHTTPTransport):
     """An httpx transport whose connections go only to addresses the allow-list accepts (no proxy)."""
 
-    def __init__(self, *, allowed_hosts: Sequence[str], resolve: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allowed_hosts: Sequence[str],
+        resolve: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         super().__init__(trust_env=False)
-        # The pool httpx built, rebuilt with our network backend; everything else is httpx's own.
+        # The pool httpx built, rebuilt with our network backend; everything else is httpx's own. TLS
+        # runs over the pinned stream with the URL's host as server name (SNI and certificate check).
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=ssl_context or httpx.create_ssl_context(trust_env=False),
             network_backend=_PinnedBackend(
                 allow=AllowList.from_entries(allowed_hosts), resolve=resolve or system_resolver
             ),
