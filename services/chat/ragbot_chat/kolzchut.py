@@ -25,6 +25,7 @@ from ragbot.chat.sessions import new_id
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.http.limits import rate_limit
 from ragbot.prompts import detect_language
+from ragbot.schemas.limits import MAX_PAGE_ID
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
 from ragbot_chat.sse import CLIENT_GONE, unless_disconnected
@@ -36,11 +37,11 @@ router = APIRouter(tags=["kolzchut"])
 
 
 def _page_id(value: int | str | None) -> int | None:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    """The page the question was asked on, when it is a page id a store can hold (else no filter)."""
+    if isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
+    return value if isinstance(value, int) and 1 <= value <= MAX_PAGE_ID else None
 
 
 def first_forwarded(forwarded_for: str | None) -> str | None:

@@ -19,6 +19,7 @@ from ragbot.errors import (
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
+from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
 from ragbot_ingest.deps import JobsDep, ListerDep, SenderDep, SettingsDep, StoreDep, UploadIdsDep
@@ -26,7 +27,11 @@ from ragbot_ingest.multipart import read_multipart
 
 router = APIRouter(prefix="/v1")
 
-PageId = Annotated[int, Path(ge=1, description="MediaWiki page id")]
+PageId = Annotated[int, Path(ge=1, le=MAX_PAGE_ID, description="MediaWiki page id")]
+JobId = Annotated[str, Path(min_length=1, max_length=128, description="a job id from a 202 answer")]
+Offset = Annotated[
+    int, Query(ge=0, le=MAX_OFFSET, description=f"where the window starts (at most {MAX_OFFSET})")
+]
 
 
 class Accepted(BaseModel):
@@ -339,7 +344,7 @@ class PageList(BaseModel):
 async def list_pages(
     store: StoreDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> PageList:
     """Indexed pages (newest revision, paragraphs, title, last update); page on with ``offset``."""
     pages, paragraphs = await service.list_pages(store=store, limit=limit, offset=offset)
@@ -356,7 +361,7 @@ async def get_page(page_id: PageId, store: StoreDep) -> PageState:
 
 
 @router.get("/jobs/{job_id}", response_model=JobRecord, name="get_job", tags=["jobs"])
-async def get_job(job_id: str, jobs: JobsDep) -> JobRecord:
+async def get_job(job_id: JobId, jobs: JobsDep) -> JobRecord:
     """A job's state, attempts and error."""
     record = await jobs.get(job_id=job_id)
     if record is None:
@@ -374,7 +379,7 @@ async def list_jobs(
     jobs: JobsDep,
     state: Annotated[JobState, Query(description="failed lists the dead letters")] = JobState.failed,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> JobList:
     """Jobs in one state; ``state=failed`` (the default) lists the dead letters."""
     return JobList(state=state, jobs=await jobs.list_by_state(state=state, limit=limit, offset=offset))
@@ -384,7 +389,7 @@ async def list_jobs(
     "/jobs/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted, tags=["jobs"]
 )
 async def retry_job(
-    job_id: str, request: Request, response: Response, jobs: JobsDep, sender: SenderDep
+    job_id: JobId, request: Request, response: Response, jobs: JobsDep, sender: SenderDep
 ) -> Accepted:
     """Re-queue a failed (dead-lettered) job."""
     try:

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.indexing.folder import FILE_PAGE_ID_BASE, FILE_PAGE_ID_SLOTS
 from ragbot.messaging.redis import redis_guard
+from ragbot.text.clean import UNSAFE_CHARACTERS
 
 UPLOAD_PAGE_ID_BASE = FILE_PAGE_ID_BASE + FILE_PAGE_ID_SLOTS
 UPLOAD_PAGE_ID_MAX = 2**31 - 1
@@ -32,6 +33,11 @@ def clean_key(key: str) -> str:
         raise ValidationFailed("an upload key must not be empty", field="key")
     if len(key) > MAX_KEY_CHARS:
         raise ValidationFailed(f"an upload key must be at most {MAX_KEY_CHARS} characters", field="key")
+    if UNSAFE_CHARACTERS.search(key):
+        raise ValidationFailed(
+            "an upload key must not contain control characters (NUL, ...) or bidi overrides: remove them",
+            field="key",
+        )
     return key
 
 

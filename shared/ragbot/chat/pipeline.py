@@ -41,6 +41,7 @@ from ragbot.ports import ChatMessage, ChatModel
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
+from ragbot.text.clean import strip_unsafe
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,8 @@ class ChatPipeline:
     # -- checks -----------------------------------------------------------------------------------
 
     def check_question(self, question: str, *, field_name: str = "question") -> str:
-        """The question stripped; blank or over-long ones are refused naming the field."""
-        text = question.strip()
+        """The question stripped (of controls and bidi overrides too); blank or over-long ones are refused."""
+        text = strip_unsafe(question).strip()
         if not text:
             raise ValidationFailed(f"{field_name} must not be empty", field=field_name)
         limit = self.settings.max_question_chars

@@ -1,9 +1,10 @@
 """What every HTTP service's app factory shares: the lifespan that holds resources, readiness, routers.
 
 A service passes a ``resources`` factory (its composition root, or a test's fakes) and readiness
-checks that read those resources; ``app.state.resources`` holds them while the app runs and the
-services' FastAPI dependencies read them back with ``app_resources``. The lifespan also holds the
-rate limiter (``app.state.rate_limiter``, built from settings unless a test set one before start).
+checks that read those resources (and every JSON body is checked first, ``ragbot.http.json_guard``);
+``app.state.resources`` holds them while the app runs and the services' FastAPI dependencies read them
+back with ``app_resources``. The lifespan also holds the rate limiter (``app.state.rate_limiter``,
+built from settings unless a test set one before start).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TypeVar
 from fastapi import APIRouter, FastAPI, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.observability.http import ReadinessCheck, setup_observability
 from ragbot.settings import get_rate_limit_settings, get_redis_settings
@@ -28,6 +30,7 @@ def create_service_app(
     resources: Callable[[], AbstractAsyncContextManager[R]],
     checks: Mapping[str, Callable[[R], Awaitable[bool]]],
     routers: Sequence[APIRouter],
+    json_exempt_prefixes: Sequence[str] = (),
 ) -> FastAPI:
     """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them."""
 
@@ -56,6 +59,8 @@ def create_service_app(
 
         return ready
 
+    # Inside the observability middleware, so its refusals are counted and carry a request id.
+    app.add_middleware(JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes)
     setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
     for router in routers:
         app.include_router(router)

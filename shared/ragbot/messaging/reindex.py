@@ -29,7 +29,6 @@ Both URLs must be on the allow-listed hosts; listing answers are capped in size 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from ragbot.messaging.jobs import JobStore
 from ragbot.schemas.jobs import JobRecord, JobState
 from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page
+from ragbot.schemas.strict_json import JSONRefused, loads_strict
+from ragbot.sources.ssrf import PinnedTransport
 from ragbot.sources.wiki import USER_AGENT, check_callback_url
 
 __all__ = [
@@ -92,8 +93,8 @@ def page_from_line(line: bytes | str, *, line_number: int) -> Page:
     """One JSONL line (a content-API body) as a Page; ``ValidationFailed`` names the line."""
     where = f"line {line_number}"
     try:
-        data: Any = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data: Any = loads_strict(line)
+    except JSONRefused as exc:
         raise ValidationFailed(f"{where}: not JSON ({exc})", field=where) from None
     if not isinstance(data, dict):
         raise ValidationFailed(f"{where}: not a JSON object", field=where)
@@ -215,7 +216,7 @@ class WikiLister:
             follow_redirects=False,
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
             trust_env=False,
-            transport=self._transport,
+            transport=self._transport or PinnedTransport(allowed_hosts=self.allowed_hosts),
         ) as client:
             while url is not None:
                 requests += 1
@@ -246,8 +247,8 @@ class WikiLister:
         except httpx.TransportError as exc:
             raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
         try:
-            return json.loads(b"".join(chunks))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return loads_strict(b"".join(chunks), max_depth=64)
+        except JSONRefused as exc:
             raise SourceRefused(f"{url}: the listing is not JSON ({exc})") from None
 
     def _parse(

@@ -7,6 +7,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ragbot.schemas.limits import (
+    MAX_CATEGORIES,
+    MAX_CONTENT_CHARS,
+    MAX_NAMESPACE,
+    MAX_PAGE_ID,
+    MAX_REVISION_ID,
+    MAX_SUMMARY_CHARS,
+    MAX_TITLE_CHARS,
+)
+from ragbot.text.clean import strip_unsafe
+
 PageSourceKind = Literal["wiki", "push", "upload", "file"]
 
 
@@ -23,8 +34,8 @@ class PageChangedPing(BaseModel):
     """The ping ChatbotRagContent sends on save, delete and move (field names are the wiki's)."""
 
     model_config = ConfigDict(extra="ignore")
-    page_id: int = Field(ge=1, description="MediaWiki page id")
-    revision_id: int = Field(ge=0, description="the revision that triggered the ping")
+    page_id: int = Field(ge=1, le=MAX_PAGE_ID, description="MediaWiki page id")
+    revision_id: int = Field(ge=0, le=MAX_REVISION_ID, description="the revision that triggered the ping")
     revision_date: datetime = Field(description="YYYYMMDDHHMMSS (UTC) or ISO 8601")
     callback_url: str = Field(
         min_length=8, max_length=2048, description="content API base; the page id is appended"
@@ -56,20 +67,25 @@ class Block(BaseModel):
     location: str | None = Field(default=None, description="e.g. 'page 3' or 'slide 2' for uploads")
     is_table: bool = False
 
+    @field_validator("text", "heading", mode="after")
+    @classmethod
+    def _strip_unsafe(cls, v: str) -> str:
+        return strip_unsafe(v)
+
 
 class Page(BaseModel):
     """The one internal shape of a page, whatever its source."""
 
     v: Literal[1] = 1
-    page_id: int = Field(ge=0)
-    revision_id: int = Field(ge=0)
+    page_id: int = Field(ge=0, le=MAX_PAGE_ID)
+    revision_id: int = Field(ge=0, le=MAX_REVISION_ID)
     revision_date: datetime | None = None
-    title: str = ""
-    url: str | None = None
-    content: str = ""
-    summary: str | None = None
-    namespace: int | None = None
-    categories: list[str] = Field(default_factory=list)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    url: str | None = Field(default=None, max_length=4096)
+    content: str = Field(default="", max_length=MAX_CONTENT_CHARS)
+    summary: str | None = Field(default=None, max_length=MAX_SUMMARY_CHARS)
+    namespace: int | None = Field(default=None, ge=-MAX_NAMESPACE - 1, le=MAX_NAMESPACE)
+    categories: list[str] = Field(default_factory=list, max_length=MAX_CATEGORIES)
     source: PageSourceKind = "wiki"
     blocks: list[Block] | None = Field(
         default=None, description="pre-split blocks (uploads); when absent, content is split"
@@ -80,6 +96,17 @@ class Page(BaseModel):
     @classmethod
     def _parse_date(cls, v: Any) -> Any:
         return parse_wiki_timestamp(v) if isinstance(v, str) and v else (v or None)
+
+    @field_validator("title", "content", "summary", mode="after")
+    @classmethod
+    def _strip_unsafe(cls, v: str | None) -> str | None:
+        """NUL, other controls and bidi overrides are removed (``ragbot.text.clean``), never stored."""
+        return strip_unsafe(v) if v else v
+
+    @field_validator("categories", mode="after")
+    @classmethod
+    def _strip_unsafe_categories(cls, v: list[str]) -> list[str]:
+        return [strip_unsafe(c) for c in v]
 
     @classmethod
     def from_wiki_content(cls, body: dict[str, Any]) -> Page:

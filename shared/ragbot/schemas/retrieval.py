@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from ragbot.text.clean import strip_unsafe
+
 SearchMode = Literal["semantic", "lexical", "hybrid"]
 FusionMethod = Literal["rrf", "page_rrf", "score"]
 FilterValue = str | int | float | bool | list[str | int | float | bool]
@@ -37,8 +39,9 @@ class RetrieveRequest(BaseModel):
     @field_validator("query")
     @classmethod
     def _not_blank(cls, v: str) -> str:
+        v = strip_unsafe(v)  # NUL, controls and bidi overrides never reach a model or a store
         if not v.strip():
-            raise ValueError("query must not be blank")
+            raise ValueError("query must not be blank (control and bidi-override characters are removed)")
         return v
 
     @field_validator("paragraphs_per_page")

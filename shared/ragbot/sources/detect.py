@@ -6,14 +6,21 @@ formats that are refused by name, then text: HTML when it starts like HTML (the 
 rule), markdown when the name says so or a line is an ATX heading, plain text otherwise.
 
 Zip containers are checked from their central directory BEFORE anything is decompressed: entry count,
-declared total uncompressed size, compression ratio and overlapping entries. ``zipfile`` never
-inflates an entry past its declared size, so these checks bound what the parsers can unpack.
+declared total uncompressed size, compression ratio, duplicate names and overlapping entries (two
+entries whose local records share bytes, the trick of non-recursive zip bombs). ``zipfile`` never
+inflates an entry past its declared size, so these checks bound what the parsers can unpack. Then the
+prolog of every XML part is read: Office XML never has a DTD, so a part declaring one (the home of
+entity bombs such as "billion laughs" and of external entities) is refused before lxml sees it.
+
+File names are only ever labels: ``safe_filename`` keeps the last component of a name (``/`` and
+``\\`` both separate), without control or bidi characters; no name is used as a path.
 """
 
 from __future__ import annotations
 
 import codecs
 import io
+import itertools
 import re
 import zipfile
 from dataclasses import dataclass
@@ -21,6 +28,7 @@ from pathlib import PurePath
 from typing import Literal
 
 from ragbot.errors import ValidationFailed
+from ragbot.text.clean import strip_unsafe
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -30,6 +38,7 @@ __all__ = [
     "decode_text",
     "detect_kind",
     "refuse",
+    "safe_filename",
 ]
 
 DocumentKind = Literal["pdf", "docx", "pptx", "html", "md", "txt"]
@@ -58,6 +67,9 @@ _REFUSED_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"),
     (b"Rar!", "a RAR archive"),
     (b"{\\rtf", "an RTF document: save it as .docx"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"\xcf\xfa\xed\xfe", "a Mach-O executable"),
+    (b"\xca\xfe\xba\xbe", "a Mach-O or Java class file"),
 )
 _HTML_START = re.compile(
     rb"<(?:!doctype\s+html|html|head|body|script|iframe|h[1-6]|div|font|table|a|style|title|b|br|p|!--)"
@@ -82,9 +94,15 @@ class ZipLimits:
     ratio_floor_bytes: int = 8 * 1024 * 1024
 
 
+def safe_filename(filename: str) -> str:
+    """An uploaded file's name as a label: its last component, no controls or bidi overrides, bounded."""
+    name = strip_unsafe(filename).replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return "upload" if name in ("", ".", "..") else name[:255]
+
+
 def refuse(filename: str, reason: str) -> ValidationFailed:
     """The one way an upload is refused: a 4xx-worthy error naming the file and what is wrong."""
-    name = PurePath(filename).name or "the file"
+    name = safe_filename(filename) if filename else "the file"
     return ValidationFailed(f"{name}: {reason}", field="file")
 
 
@@ -97,6 +115,8 @@ def detect_kind(data: bytes, *, filename: str = "", zip_limits: ZipLimits | None
         return "pdf"
     if data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return _zip_kind(data, filename=filename, limits=zip_limits or ZipLimits())
+    if head.startswith(b"MZ") and (b"PE\x00\x00" in head or b"This program cannot be run" in head):
+        raise refuse(filename, "unsupported file type: a Windows executable")
     for magic, what in _REFUSED_MAGIC:
         if head.startswith(magic):
             raise refuse(filename, f"unsupported file type: {what}")
@@ -165,10 +185,64 @@ def check_zip(archive: zipfile.ZipFile, *, size: int, filename: str, limits: Zip
             f"refused as a possible zip bomb: compression ratio {unpacked / max(size, 1):.0f}:1 "
             f"(limit {limits.max_ratio:.0f}:1)",
         )
-    if packed > size:
+    if packed > size or _overlapping(infos):
         raise refuse(filename, "refused as a possible zip bomb: its entries overlap")
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+        raise refuse(filename, "the file is corrupt or unreadable (a zip with duplicate entries)")
     if any(i.flag_bits & 0x1 for i in infos):
         raise refuse(filename, "the file is encrypted (password protected)")
+
+
+_LOCAL_HEADER = 30  # the fixed part of a zip local file header
+
+
+def _overlapping(infos: list[zipfile.ZipInfo]) -> bool:
+    """True when an entry's local record (header, name, data) runs into the next entry's."""
+    ordered = sorted(infos, key=lambda i: i.header_offset)
+    for this, following in itertools.pairwise(ordered):
+        end = this.header_offset + _LOCAL_HEADER + len(this.filename.encode("utf-8")) + this.compress_size
+        if end > following.header_offset:
+            return True
+    return False
+
+
+_PROLOG_BYTES = 1024 * 1024
+_PROLOG_SKIPS = ((b"<?", b"?>"), (b"<!--", b"-->"))
+
+
+def check_xml_parts(archive: zipfile.ZipFile, *, filename: str) -> None:
+    """Refuse a container any of whose XML parts declares a DTD (entity bombs, external entities)."""
+    for info in archive.infolist():
+        if not info.filename.lower().endswith((".xml", ".rels")):
+            continue
+        with archive.open(info) as part:
+            head = part.read(_PROLOG_BYTES)
+        if _declares_dtd(head):
+            raise refuse(
+                filename,
+                f"refused: its part {info.filename} declares a DTD (<!DOCTYPE>), which Office files never "
+                "do; entity declarations can expand into gigabytes. Save the file again from Office",
+            )
+
+
+def _declares_dtd(head: bytes) -> bool:
+    """True when the XML prolog (before the root element) holds a DOCTYPE, or never ends in ``head``."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        head = head.decode("utf-16", "ignore").encode("utf-8")
+    position = 3 if head.startswith(codecs.BOM_UTF8) else 0
+    while True:
+        while position < len(head) and head[position : position + 1].isspace():
+            position += 1
+        for start, end in _PROLOG_SKIPS:
+            if head.startswith(start, position):
+                close = head.find(end, position + len(start))
+                if close < 0:
+                    return True
+                position = close + len(end)
+                break
+        else:
+            return head[position : position + 9].upper() == b"<!DOCTYPE"
 
 
 def _zip_kind(data: bytes, *, filename: str, limits: ZipLimits) -> DocumentKind:
@@ -176,7 +250,9 @@ def _zip_kind(data: bytes, *, filename: str, limits: ZipLimits) -> DocumentKind:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             check_zip(archive, size=len(data), filename=filename, limits=limits)
             names = set(archive.namelist())
-    except zipfile.BadZipFile as exc:
+            if "word/document.xml" in names or "ppt/presentation.xml" in names:
+                check_xml_parts(archive, filename=filename)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
         raise refuse(filename, f"the file is corrupt or unreadable (broken zip container: {exc})") from None
     if "word/document.xml" in names:
         return "docx"

@@ -1,7 +1,8 @@
 """The wiki's content API (ChatbotRagContent): ``GET callback_url + page_id`` -> Page.
 
 A ping names the URL to fetch, so this is where server-side request forgery is stopped: only
-allow-listed hosts are contacted, redirects are followed by hand (at most ``max_redirects``) and each
+allow-listed hosts are contacted, at addresses checked once and connected to as checked
+(``ragbot.sources.ssrf``), redirects are followed by hand (at most ``max_redirects``) and each
 target is checked again, bodies are streamed and cut at ``max_bytes``, and every request has a timeout.
 Outcomes: 200 -> Page; 404/410 -> None (the page left scope); 5xx, 408, 429, timeouts and connection
 errors -> ``SourceError`` (retry); anything else -> ``SourceRefused`` (never retried).
@@ -9,7 +10,6 @@ errors -> ``SourceError`` (retry); anything else -> ``SourceRefused`` (never ret
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from ragbot.errors import SourceError, SourceRefused
 from ragbot.observability.logging import REQUEST_ID_HEADER, get_request_id
 from ragbot.schemas.pages import Page
+from ragbot.schemas.strict_json import JSONRefused, loads_strict
+from ragbot.sources.ssrf import AllowList, PinnedTransport, check_url
 
 logger = logging.getLogger(__name__)
 
@@ -30,34 +32,13 @@ USER_AGENT = "ragbot-ingest/0.1 (+https://github.com/)"
 
 
 def host_allowed(host: str, allowed_hosts: Sequence[str]) -> bool:
-    """True when ``host`` is listed, matches a ``*.domain`` entry, or the list holds ``*``."""
-    host = host.lower().rstrip(".")
-    for entry in allowed_hosts:
-        entry = entry.strip().lower().rstrip(".")
-        if entry == "*" or entry == host:
-            return True
-        if entry.startswith("*.") and host.endswith(entry[1:]):
-            return True
-    return False
+    """True when ``host`` is listed, matches ``*.domain``, is a listed address, or the list holds ``*``."""
+    return AllowList.from_entries(allowed_hosts).match(host) is not None
 
 
 def check_callback_url(url: str, allowed_hosts: Sequence[str]) -> httpx.URL:
-    """Parse a callback URL and refuse it unless it is http(s) to an allow-listed host."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise SourceRefused(f"callback_url is not a valid URL: {exc}") from None
-    if parsed.scheme not in ("http", "https"):
-        raise SourceRefused("callback_url must be an http(s) URL")
-    if not parsed.host:
-        raise SourceRefused("callback_url has no host")
-    if parsed.userinfo:
-        raise SourceRefused("callback_url must not carry credentials")
-    if not host_allowed(parsed.host, allowed_hosts):
-        raise SourceRefused(
-            f"callback_url host {parsed.host!r} is not allowed; "
-            "add it to RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS to accept pings from that wiki"
-        )
+    """Parse a callback URL; refuse it unless it is http(s) to an allowed host (``ragbot.sources.ssrf``)."""
+    parsed, _ = check_url(url, AllowList.from_entries(allowed_hosts))
     return parsed
 
 
@@ -87,6 +68,7 @@ class WikiPageSource:
                 follow_redirects=False,
                 headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
                 trust_env=False,
+                transport=PinnedTransport(allowed_hosts=self.allowed_hosts),
             )
         return self._client
 
@@ -139,8 +121,8 @@ class WikiPageSource:
 
     def _parse(self, body: bytes, *, page_id: int, url: httpx.URL) -> Page:
         try:
-            data: Any = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data: Any = loads_strict(body, max_depth=64)
+        except JSONRefused as exc:
             raise SourceRefused(f"{url}: body is not JSON ({exc})") from None
         if not isinstance(data, dict):
             raise SourceRefused(f"{url}: body is not a JSON object")

@@ -14,6 +14,7 @@ from ragbot.observability.logging import get_request_id
 from ragbot.schemas.jobs import JobKind, JobRecord
 from ragbot.schemas.messages import IndexPage
 from ragbot.schemas.pages import Page
+from ragbot.sources.detect import safe_filename
 from ragbot.sources.files import parse_upload
 from ragbot_ingest.service.ports import CommandSender, JobRepository, UploadIds
 from ragbot_ingest.service.queueing import new_job_id, queue_index_page
@@ -81,7 +82,9 @@ async def accept_uploads(
             request_id=get_request_id(),
         )
         record = await queue_index_page(command=command, kind=JobKind.upload, jobs=jobs, sender=sender)
-        accepted.append(AcceptedUpload(filename=upload.filename, key=key, page=page, record=record))
+        accepted.append(
+            AcceptedUpload(filename=safe_filename(upload.filename), key=key, page=page, record=record)
+        )
         logger.info("upload accepted", extra={"job_id": record.job_id, "page_id": page_id, "key": key})
     return accepted
 
@@ -89,7 +92,8 @@ async def accept_uploads(
 def _parse_one(upload: Upload, *, max_bytes: int) -> Page:
     from ragbot_ingest.upload_ids import clean_key
 
-    key = clean_key(upload.key if upload.key is not None else upload.filename or "upload")
+    # The file name is a label only (its last component, no controls): never a path.
+    key = clean_key(upload.key if upload.key is not None else safe_filename(upload.filename or "upload"))
     digest = hashlib.sha256(upload.data).hexdigest()
     return parse_upload(
         upload.data,

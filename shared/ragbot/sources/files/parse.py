@@ -8,9 +8,12 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
+from pydantic import ValidationError
+
 from ragbot.errors import ValidationFailed
+from ragbot.schemas.limits import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 from ragbot.schemas.pages import Block, Page, PageSourceKind
-from ragbot.sources.detect import DocumentKind, ZipLimits, decode_text, detect_kind, refuse
+from ragbot.sources.detect import DocumentKind, ZipLimits, decode_text, detect_kind, refuse, safe_filename
 from ragbot.sources.files.document import ParsedDocument, normalise_text
 from ragbot.sources.files.docx import parse_docx
 from ragbot.sources.files.html import parse_html
@@ -45,24 +48,32 @@ def parse_upload(
     if not blocks:
         raise refuse(filename, _no_text_reason(parsed.kind))
     extra: dict[str, Any] = {
-        "filename": PurePath(filename).name,
+        "filename": safe_filename(filename),
         "file_type": parsed.kind,
         "sha256": hashlib.sha256(data).hexdigest(),
         "bytes": len(data),
     }
     if parsed.units is not None:
         extra["pages" if parsed.kind == "pdf" else "slides"] = parsed.units
-    return Page(
-        page_id=page_id,
-        revision_id=revision_id,
-        revision_date=revision_date,
-        title=(title or "").strip() or stable_title(parsed, filename=filename),
-        url=url,
-        content="\n\n".join(b.text for b in blocks),
-        source=source,
-        blocks=blocks,
-        extra=extra,
-    )
+    content = "\n\n".join(b.text for b in blocks)
+    if len(content) > MAX_CONTENT_CHARS:
+        raise refuse(filename, f"its text is {len(content)} characters, over the {MAX_CONTENT_CHARS} limit")
+    try:
+        return Page(
+            page_id=page_id,
+            revision_id=revision_id,
+            revision_date=revision_date,
+            title=((title or "").strip() or stable_title(parsed, filename=filename))[:MAX_TITLE_CHARS],
+            url=url,
+            content=content,
+            source=source,
+            blocks=blocks,
+            extra=extra,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise refuse(filename, f"cannot index it: {where}: {first['msg']}") from None
 
 
 def stable_title(parsed: ParsedDocument, *, filename: str) -> str:
@@ -70,7 +81,7 @@ def stable_title(parsed: ParsedDocument, *, filename: str) -> str:
     for candidate in (parsed.meta_title, parsed.first_heading):
         if candidate and candidate.strip():
             return " ".join(candidate.split())
-    path = PurePath(filename)
+    path = PurePath(safe_filename(filename))
     return path.stem or path.name or "untitled"
 
 

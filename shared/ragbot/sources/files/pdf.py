@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import PurePath
 from typing import Any
@@ -31,9 +32,23 @@ _PARAGRAPH_GAP = 1.6  # a line this many font sizes below the last one starts a 
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
-def parse_pdf(data: bytes, *, filename: str, max_pages: int) -> ParsedDocument:
-    """A PDF's pages as blocks; refuses an encrypted, empty, unreadable or over-long one."""
+def _declared_pages(reader: Any) -> int:
+    """The page count the page tree's root declares (0 when absent), read without walking the tree."""
+    try:
+        return int(reader.trailer["/Root"]["/Pages"].get("/Count", 0))
+    except Exception:  # a broken root is found by the walk that follows
+        return 0
+
+
+def parse_pdf(data: bytes, *, filename: str, max_pages: int, max_seconds: float = 60.0) -> ParsedDocument:
+    """A PDF's pages as blocks; refuses an encrypted, empty, unreadable, over-long or too slow one.
+
+    The declared page count is checked before the page tree is walked (a huge tree costs nothing), the
+    walked count after, and text extraction stops with a refusal once it has taken ``max_seconds``.
+    """
     from pypdf import PdfReader
+
+    started = time.monotonic()
 
     reader = PdfReader(io.BytesIO(data), strict=False)
     if reader.is_encrypted:
@@ -43,6 +58,9 @@ def parse_pdf(data: bytes, *, filename: str, max_pages: int) -> ParsedDocument:
             opened = False
         if not opened:
             raise refuse(filename, "the PDF is encrypted (password protected)")
+    declared = _declared_pages(reader)
+    if declared > max_pages:
+        raise refuse(filename, f"the PDF declares {declared} pages (limit {max_pages}): split it")
     count = len(reader.pages)
     if count == 0:
         raise refuse(filename, "the file is corrupt or unreadable as pdf (no pages)")
@@ -52,6 +70,11 @@ def parse_pdf(data: bytes, *, filename: str, max_pages: int) -> ParsedDocument:
     texts: list[str] = []
     unreadable = 0
     for number, page in enumerate(reader.pages, start=1):
+        if time.monotonic() - started > max_seconds:
+            raise refuse(
+                filename,
+                f"reading the PDF took over {max_seconds:.0f} s (stopped at page {number}): split it.",
+            )
         try:
             texts.append(_pdf_page_text(page))
         except Exception as exc:  # one broken page costs that page, not the document
