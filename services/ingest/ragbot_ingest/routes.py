@@ -25,7 +25,9 @@ from ragbot_ingest.multipart import read_multipart
 
 router = APIRouter(prefix="/v1")
 
-PageId = Annotated[int, Path(ge=1, description="MediaWiki page id")]
+# Ids and offsets stay within a signed 64-bit integer (SQLite, Redis): past it, a 422 names the field.
+PageId = Annotated[int, Path(ge=1, le=2**63 - 1, description="MediaWiki page id")]
+MAX_OFFSET = 2**62
 
 
 class Accepted(BaseModel):
@@ -333,7 +335,7 @@ class PageList(BaseModel):
 async def list_pages(
     store: StoreDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> PageList:
     """Indexed pages (newest revision, paragraphs, title, last update); page on with ``offset``."""
     pages, paragraphs = await service.list_pages(store=store, limit=limit, offset=offset)
@@ -368,7 +370,7 @@ async def list_jobs(
     jobs: JobsDep,
     state: Annotated[JobState, Query(description="failed lists the dead letters")] = JobState.failed,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JobList:
     """Jobs in one state; ``state=failed`` (the default) lists the dead letters."""
     return JobList(state=state, jobs=await jobs.list_by_state(state=state, limit=limit, offset=offset))

@@ -14,6 +14,7 @@ from typing import TypeVar
 from fastapi import APIRouter, FastAPI, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.responses import document_error_responses
 from ragbot.observability.http import ReadinessCheck, setup_observability
 
 R = TypeVar("R")
@@ -47,6 +48,7 @@ def create_service_app(
     setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
     for router in routers:
         app.include_router(router)
+    document_error_responses(app)
     return app
 
 
