@@ -167,8 +167,10 @@ def schemathesis_command(
         "60",
         "--report",
         "json,har",
-        "--report-dir",
-        str(report_dir),
+        "--report-json-path",
+        str(report_dir / "run.json"),
+        "--report-har-path",
+        str(report_dir / "exchanges.har"),
         "--output-truncate",
         "false",
         "--no-color",
@@ -209,8 +211,8 @@ def run_schemathesis(
         check=False,
     )
     seconds = time.monotonic() - started
-    report = _read_json(next(iter(sorted(report_dir.glob("*.json"))), None))
-    statuses = _har_statuses(next(iter(sorted(report_dir.glob("*.har"))), None))
+    report = _read_json(report_dir / "run.json")
+    statuses = _har_statuses(report_dir / "exchanges.har")
     counts = report.get("test_cases")
     cases = int(counts.get("generated", 0)) if isinstance(counts, dict) else 0
     failures = report.get("failures")
@@ -236,17 +238,17 @@ def fuzz_all(
     ]
 
 
-def _read_json(path: Path | None) -> dict[str, object]:
-    if path is None:
+def _read_json(path: Path) -> dict[str, object]:
+    if not path.is_file():
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
     return data if isinstance(data, dict) else {}
 
 
-def _har_statuses(path: Path | None) -> dict[int, int]:
+def _har_statuses(path: Path) -> dict[int, int]:
     """How many responses of each status the HAR recorded (every request the fuzzer sent)."""
     counts: dict[int, int] = {}
-    if path is None:
+    if not path.is_file():
         return counts
     har = json.loads(path.read_text(encoding="utf-8"))
     for entry in har.get("log", {}).get("entries", []):

@@ -56,6 +56,11 @@ def test_a_route_keeps_its_own_description_of_a_status() -> None:
     upload = ops[("/v1/documents", "post")]["responses"]
     assert upload["413"]["description"] == "a file is over the size cap"
     assert "Retry-After" in ops[("/v1/pages", "get")]["responses"]["429"]["headers"]
+    widget = {(p, m): op for p, m, op in operations(chat_app().openapi())}[("/kzchatbot/v0/status", "get")]
+    # The widget answers {message}: the statuses added to its routes say so.
+    assert widget["responses"]["429"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/MessageError"
+    )
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from ragbot.chat.kolzchut import KolZchutConfig, KolZchutConfigIn, RatingRequest
 from ragbot.chat.schemas import Rating
 from ragbot.chat.sessions import new_id
 from ragbot.errors import DependencyUnavailable, ValidationFailed
+from ragbot.http.responses import ErrorBody
 from ragbot.prompts import detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.service import collect, error_status, run_and_store, sources_json
@@ -176,7 +177,7 @@ async def search(
     return JSONResponse(payload, status_code=status)
 
 
-@router.post("/rating")
+@router.post("/rating", responses={404: {"model": ErrorBody, "description": "no such conversation_id"}})
 async def rating(body: RatingRequest, res: ResourcesDep) -> dict[str, Any]:
     """Like, dislike or withdraw on a conversation; unknown ids are 404."""
     return await kolzchut_rate(res=res, body=body)

@@ -5,7 +5,8 @@ FastAPI documents only the success response and, for routes with parameters, a 4
 validation issues. The services also answer 400 (a body that cannot be parsed), 401/403 (credentials,
 where keys are configured), 404 (an unknown id in the path), 413 (over a size cap), 422 (a field named
 in a list, or one message), 429 (a rate limit, with ``Retry-After``) and 503 (a dependency down, named
-in ``dependency``): ``document_error_responses`` adds those an operation does not declare itself.
+in ``dependency``): ``document_error_responses`` adds those an operation does not declare itself, with
+the operation's own error body where it declares one (the Kol-Zchut widget's ``{message}``).
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ _METHODS = frozenset({"get", "put", "post", "delete", "patch", "options", "head"
 _REF = "#/components/schemas/{model}"
 
 
-def _response(description: str, model: type[BaseModel], headers: dict[str, Any]) -> dict[str, Any]:
+def _response(description: str, ref: str, headers: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "description": description,
-        "content": {"application/json": {"schema": {"$ref": _REF.format(model=model.__name__)}}},
+        "content": {"application/json": {"schema": {"$ref": ref}}},
     }
     if headers:
         body["headers"] = headers
@@ -91,21 +92,33 @@ def add_error_responses(schema: dict[str, Any]) -> dict[str, Any]:
             if method not in _METHODS or not isinstance(operation, dict):
                 continue
             responses: dict[str, Any] = operation.setdefault("responses", {})
+            own = _own_error_ref(responses)
             wanted = dict(COMMON_RESPONSES)
             if "{" in path:
                 wanted[404] = NOT_FOUND
             for status, (description, model, headers) in wanted.items():
+                ref = own or _REF.format(model=model.__name__)
                 current = responses.get(str(status))
                 if current is None:
-                    responses[str(status)] = _response(description, model, headers)
-                elif status == 422 and _is_fastapi_validation(current):
-                    responses["422"] = _response(description, model, headers)
+                    responses[str(status)] = _response(description, ref, headers)
+                elif status == 422 and _ref(current) == _REF.format(model="HTTPValidationError"):
+                    responses["422"] = _response(description, ref, headers)
     return schema
 
 
-def _is_fastapi_validation(response: dict[str, Any]) -> bool:
-    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
-    return bool(schema.get("$ref", "").endswith("/HTTPValidationError"))
+def _ref(response: dict[str, Any]) -> str:
+    return str(response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", ""))
+
+
+def _own_error_ref(responses: dict[str, Any]) -> str | None:
+    """The error body an operation declares for itself (the widget's ``{message}``), if any: the
+    statuses added to it are answered with that body too."""
+    ours = {_REF.format(model=m.__name__) for m in MODELS} | {_REF.format(model="HTTPValidationError")}
+    for status, response in responses.items():
+        ref = _ref(response)
+        if status[:1] in {"4", "5"} and ref and ref not in ours:
+            return ref
+    return None
 
 
 def document_error_responses(app: FastAPI) -> None:
