@@ -46,7 +46,7 @@ def measure(*, seconds: int | None = None, redis_url: str | None = None) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=None, help="budget per service (default 60)")
+    parser.add_argument("--seconds", type=int, default=None, help="budget per service (default 45)")
     args = parser.parse_args()
     print(json.dumps(measure(seconds=args.seconds), indent=2))
 
