@@ -88,6 +88,7 @@ class FuzzResult:
 @contextmanager
 def fuzz_stack(*, redis_url: str, root: Path) -> Iterator[FuzzStack]:
     """Start ingest, the retriever and chat on their own store copies and Redis prefixes; stop them after."""
+    root.mkdir(parents=True, exist_ok=True)
     definition = write_definition(root / "definition.json")
     ports = {name: free_port() for name in SERVICES}
     prefixes = {name: f"test-fuzz-{name}-{uuid.uuid4().hex[:10]}" for name in SERVICES}
