@@ -210,6 +210,10 @@ def test_bad_bodies_are_400_in_hebrew(http: httpx.Client) -> None:
         ),
         400,
     )
+    # Bytes that are not UTF-8: FastAPI's own 400 ("error parsing the body"), answered in the widget's body.
+    invalid = {"content": b"\xff", "headers": {"Content-Type": "application/json"}}
+    assert_message(http.post("/kzchatbot/v0/question", **invalid), 400)  # type: ignore[arg-type]
+    assert_translated(http.post("/kzchatbot/v0/rate", **invalid), 400)  # type: ignore[arg-type]
     assert permitted(http, uuid) == DAILY
 
 

@@ -81,3 +81,14 @@ def test_small_matrices_and_fewer_live_rows_than_k_are_scored_exactly() -> None:
     mask[:3] = True
     positions, _ = screened_scores(big, big.astype(np.float16), big[0], 5, mask)
     assert positions.tolist() == [0, 1, 2]
+
+
+def test_a_small_matrix_never_imports_torch() -> None:
+    """torch's first import takes seconds: a small store's first query must not pay it (fuzzing found a
+    10 s first kNN, past the store timeout)."""
+    from ragbot.stores import dense
+
+    dense._torch.cache_clear()
+    vecs = _unit(np.random.default_rng(1).normal(size=(50, 8)))
+    screened_scores(vecs, vecs.astype(np.float16), vecs[0], 5, None)
+    assert dense._torch.cache_info().misses == 0

@@ -24,6 +24,7 @@ from ragbot.chat.schemas import Rating
 from ragbot.chat.sessions import new_id
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.http.limits import rate_limit
+from ragbot.http.responses import ErrorBody
 from ragbot.prompts import detect_language
 from ragbot.schemas.limits import MAX_PAGE_ID
 from ragbot_chat.deps import Resources, ResourcesDep
@@ -182,7 +183,7 @@ async def search(
     return JSONResponse(payload, status_code=status)
 
 
-@router.post("/rating")
+@router.post("/rating", responses={404: {"model": ErrorBody, "description": "no such conversation_id"}})
 async def rating(body: RatingRequest, res: ResourcesDep) -> dict[str, Any]:
     """Like, dislike or withdraw on a conversation; unknown ids are 404."""
     return await kolzchut_rate(res=res, body=body)

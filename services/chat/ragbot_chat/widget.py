@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -181,8 +182,8 @@ class TranslatedError(BaseModel):
 def _refusal(exc: Exception, *, not_found: str) -> tuple[int, str]:
     if isinstance(exc, WidgetError):
         return exc.status, exc.message
-    if isinstance(exc, RequestValidationError | ValidationFailed):
-        return 400, MESSAGES["invalid"]
+    if isinstance(exc, RequestValidationError | ValidationFailed | HTTPException):
+        return 400, MESSAGES["invalid"]  # HTTPException: FastAPI's 400 for a body it cannot parse
     if isinstance(exc, NotFound):
         return 404, MESSAGES[not_found]
     if isinstance(exc, RateLimited):
@@ -207,7 +208,9 @@ class _WidgetRoute(APIRoute):
         async def handle(request: Request) -> Response:
             try:
                 return await handler(request)
-            except (WidgetError, RequestValidationError, RagbotError) as exc:
+            except (WidgetError, RequestValidationError, RagbotError, HTTPException) as exc:
+                if isinstance(exc, HTTPException) and exc.status_code != 400:
+                    raise
                 status, message = _refusal(exc, not_found=self.not_found)
                 log = logger.error if status >= 500 else logger.info
                 log(

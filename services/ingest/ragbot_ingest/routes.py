@@ -17,6 +17,7 @@ from ragbot.errors import (
     ValidationFailed,
 )
 from ragbot.http.limits import RATE_LIMITED, rate_limit
+from ragbot.http.responses import ErrorBody
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID
@@ -386,7 +387,13 @@ async def list_jobs(
 
 
 @router.post(
-    "/jobs/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted, tags=["jobs"]
+    "/jobs/{job_id}/retry",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Accepted,
+    tags=["jobs"],
+    responses={
+        409: {"model": ErrorBody, "description": "the job is not failed: only dead letters can be retried"}
+    },
 )
 async def retry_job(
     job_id: JobId, request: Request, response: Response, jobs: JobsDep, sender: SenderDep

@@ -18,6 +18,7 @@ from fastapi import APIRouter, FastAPI, Request
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
+from ragbot.http.responses import document_error_responses
 from ragbot.observability.http import ReadinessCheck, setup_observability
 from ragbot.settings import get_rate_limit_settings, get_redis_settings
 
@@ -64,6 +65,7 @@ def create_service_app(
     setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
     for router in routers:
         app.include_router(router)
+    document_error_responses(app)
     return app
 
 

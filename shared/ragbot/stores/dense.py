@@ -61,9 +61,10 @@ def screened_scores(
     returned. Every row of the exact top k (among the masked rows) is in the result; the caller
     takes the top k of the exact scores. Rows excluded by ``mask`` never appear.
     """
-    torch = _torch()
     n = len(vecs)
-    if torch is None or n < SCREEN_MIN_ROWS:
+    # Small matrices never import torch: its first import takes seconds, over a query's store timeout.
+    torch = _torch() if n >= SCREEN_MIN_ROWS else None
+    if torch is None:
         return _exact(vecs, query, mask)
     approx: npt.NDArray[np.float32] = (
         (torch.from_numpy(half) @ torch.from_numpy(query.astype(np.float16))).float().numpy()

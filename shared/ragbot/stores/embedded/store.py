@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from ragbot.stores.common import (
     text_fields_of,
     validate_filters,
 )
+from ragbot.stores.dense import SCREEN_MIN_ROWS, screen_available
 from ragbot.stores.embedded import pages
 from ragbot.stores.embedded.catchup import Derived, DerivedIndexes
 from ragbot.stores.embedded.matrix import IntArray, top_k
@@ -101,8 +103,11 @@ class EmbeddedStore:
 
     async def warm_up(self) -> None:
         """Build the vector matrices and the BM25 index now, not in the first query (100k paragraphs:
-        seconds, more than a query's store timeout)."""
-        await self._db.run(lambda: self._indexes.sync(self._db.conn(), matrices=True, bm25=True))
+        seconds, more than a query's store timeout); import torch now when a matrix is big enough to
+        screen (its first import takes seconds too)."""
+        derived = await self._db.run(lambda: self._indexes.sync(self._db.conn(), matrices=True, bm25=True))
+        if any(m.size >= SCREEN_MIN_ROWS for m in (derived.matrices or {}).values()):
+            await asyncio.to_thread(screen_available)
 
     async def ping(self) -> bool:
         """True when the file can be read."""
