@@ -4,9 +4,10 @@ each service's OpenAPI in one place so clients (and Schemathesis) see every stat
 FastAPI documents only the success response and, for routes with parameters, a 422 shaped as a list of
 validation issues. The services also answer 400 (a body that cannot be parsed), 401/403 (credentials,
 where keys are configured), 404 (an unknown id in the path), 413 (over a size cap), 422 (a field named
-in a list, or one message), 429 (a rate limit, with ``Retry-After``) and 503 (a dependency down, named
-in ``dependency``): ``document_error_responses`` adds those an operation does not declare itself, with
-the operation's own error body where it declares one (the Kol-Zchut widget's ``{message}``).
+in a list, or one message) and 503 (a dependency down, named in ``dependency``; 429 comes from the rate-
+limited routes themselves): ``document_error_responses`` adds those an operation does not declare
+itself, with the operation's own error body where it declares one (the Kol-Zchut widget's
+``{message}``).
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ COMMON_RESPONSES: dict[int, tuple[str, type[BaseModel], dict[str, Any]]] = {
     403: ("the key or network is not granted this operation's scope", ErrorBody, {}),
     413: ("the body or a part is over its size cap", ErrorBody, {}),
     422: ("a field is missing or invalid: the detail names it", ValidationErrorBody, {}),
-    429: ("too many requests from this key or address: wait Retry-After seconds", ErrorBody, _RETRY_AFTER),
     503: ("a dependency is unavailable or busy: try again later", UnavailableBody, _RETRY_AFTER),
 }
+# 429 is documented only by the routes a rate limit guards (``ragbot.http.limits.RATE_LIMITED``).
 NOT_FOUND: tuple[str, type[BaseModel], dict[str, Any]] = ("nothing has the id in the path", ErrorBody, {})
 MODELS: tuple[type[BaseModel], ...] = (ErrorBody, UnavailableBody, ValidationIssue, ValidationErrorBody)
 _METHODS = frozenset({"get", "put", "post", "delete", "patch", "options", "head", "trace"})
