@@ -12,11 +12,12 @@ the service that owns them: ``SourceSettings`` (fetching wiki pages, ``RAGBOT_IN
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
@@ -223,6 +224,8 @@ class ChatSettings(LLMSettings):
     # the UI's proxy waits for it (uploads included).
     ingest_url: str = "http://127.0.0.1:8001"
     ingest_timeout_s: float = Field(default=120.0, gt=0)
+    # The key chat sends to the retriever and ingest (scopes retrieve and ingest), if they require one.
+    service_key: SecretStr | None = None
     # Sessions in Redis: lifetime (refreshed on every turn), turns kept, turns sent to the LLM.
     session_ttl_s: int = Field(default=86400, ge=60)
     max_turns: int = Field(default=20, ge=1, le=1000)
@@ -296,6 +299,77 @@ class ChatSettings(LLMSettings):
         return 600 if self.llm_backend == "llamacpp" else 6000
 
 
+AuthScope = Literal["ingest", "admin", "chat", "retrieve", "metrics"]
+AUTH_SCOPES: tuple[AuthScope, ...] = ("ingest", "admin", "chat", "retrieve", "metrics")
+
+
+def _hashed(data: Any, *, plain: str) -> Any:
+    """Replace a plain secret (``plain``) by its SHA-256 before anything else sees or keeps it."""
+    if isinstance(data, dict) and data.get(plain) is not None:
+        data = dict(data)
+        secret = data.pop(plain)
+        value = secret.get_secret_value() if isinstance(secret, SecretStr) else str(secret)
+        if len(value) < 16:
+            raise ValueError(f"a {plain} must be at least 16 characters (ragbot auth hash-key makes one)")
+        data["sha256"] = hashlib.sha256(value.encode()).hexdigest()
+    return data
+
+
+class ApiKeyEntry(BaseModel):
+    """One API key: a name (logged, never the key), its scopes, and the SHA-256 of the key (hex).
+
+    ``{"name", "scopes", "key"}`` is accepted too: the plain key is hashed at load and not kept.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    scopes: frozenset[AuthScope] = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_plain_key(cls, data: Any) -> Any:
+        return _hashed(data, plain="key")
+
+
+class PingTokenEntry(BaseModel):
+    """A wiki's ping token (``?token=`` on ``POST /v1/pages/changed`` only), stored as its SHA-256."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_plain_token(cls, data: Any) -> Any:
+        return _hashed(data, plain="token")
+
+
+class AuthSettings(BaseSettings):
+    """Who may call the HTTP services: API keys with scopes, trusted networks, ping tokens, UI sessions.
+
+    With no key and no ping token configured, loopback (127.0.0.0/8, ::1) is trusted for every scope
+    (``make run``); once one is, only what is configured is trusted.
+    """
+
+    model_config = _config("RAGBOT_AUTH_")
+    # false: no checks at all (only behind a gateway that authenticates every call).
+    enabled: bool = True
+    keys: list[ApiKeyEntry] = Field(default_factory=list)
+    # Scope -> CIDRs whose callers need no key (KZChatbot's server, a monitoring host).
+    trusted_networks: dict[AuthScope, list[IPvAnyNetwork]] = Field(default_factory=dict)
+    # Reverse proxies whose X-Forwarded-For is believed (the client is the last address before them).
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
+    ping_tokens: list[PingTokenEntry] = Field(default_factory=list)
+    # Signs the web UI's session cookie (empty: a random secret per process, so sign-ins end on restart).
+    session_secret: SecretStr | None = None
+    session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86400)
+    # The chat page: "open" (anyone who reaches it gets a chat-scoped session) or "chat" (sign in).
+    chat_page: Literal["open", "chat"] = "open"
+    # Cookies only over HTTPS (set it when TLS ends at a reverse proxy in front of chat).
+    cookie_secure: bool = False
+
+
 class ObservabilitySettings(BaseSettings):
     """Logging and metrics shared by every process."""
 
@@ -366,6 +440,12 @@ def get_chat_settings() -> ChatSettings:
 
 
 @lru_cache
+def get_auth_settings() -> AuthSettings:
+    """Authentication settings, read once per process."""
+    return AuthSettings()
+
+
+@lru_cache
 def get_observability_settings() -> ObservabilitySettings:
     """Observability settings, read once per process."""
     return ObservabilitySettings()
@@ -385,5 +465,6 @@ def clear_settings_caches() -> None:
         get_llm_settings,
         get_chat_settings,
         get_observability_settings,
+        get_auth_settings,
     ):
         factory.cache_clear()

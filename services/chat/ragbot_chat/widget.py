@@ -40,6 +40,7 @@ from ragbot.chat.widget import (
     find_banned,
 )
 from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, ValidationFailed
+from ragbot.http.auth import include_scoped
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.kolzchut import first_forwarded, kolzchut_search
 
@@ -263,7 +264,8 @@ async def question(
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> QuestionAnswer:
     """Answer a question from the widget: Markdown, the pages it rests on, and its id for ``/rate``."""
-    client_ip = first_forwarded(forwarded_for)
+    # The auth dependency resolved X-Forwarded-For against the trusted proxies (ragbot.http.auth).
+    client_ip: str | None = getattr(request.state, "client_ip", None) or first_forwarded(forwarded_for)
     if client_ip is None and request.client is not None:
         client_ip = request.client.host
     return await widget_question(res=res, body=body, client_ip=client_ip)
@@ -321,5 +323,5 @@ class WidgetCORS:
 
 def install(app: FastAPI) -> None:
     """Add the widget's routes and its CORS to the chat app."""
-    app.include_router(router)
+    include_scoped(app, router, "chat")
     app.add_middleware(WidgetCORS)

@@ -14,7 +14,9 @@ from typing import TypeVar
 from fastapi import APIRouter, FastAPI, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.auth import RouteRule, include_scoped, install_auth, require
 from ragbot.observability.http import ReadinessCheck, setup_observability
+from ragbot.settings import AuthScope, AuthSettings
 
 R = TypeVar("R")
 
@@ -25,8 +27,14 @@ def create_service_app(
     resources: Callable[[], AbstractAsyncContextManager[R]],
     checks: Mapping[str, Callable[[R], Awaitable[bool]]],
     routers: Sequence[APIRouter],
+    route_auth: RouteRule | AuthScope,
+    auth: AuthSettings | None = None,
 ) -> FastAPI:
-    """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them."""
+    """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them.
+
+    Every router's routes get the scope ``route_auth`` gives them (``ragbot.http.auth``); ``/metrics``
+    needs ``metrics``; ``/healthz`` and ``/readyz`` stay open. ``auth`` replaces the environment's.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -44,9 +52,15 @@ def create_service_app(
 
         return ready
 
-    setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
+    install_auth(app, auth)
+    setup_observability(
+        app,
+        service=service,
+        checks={name: bound(check) for name, check in checks.items()},
+        metrics_dependencies=[require("metrics")],
+    )
     for router in routers:
-        app.include_router(router)
+        include_scoped(app, router, route_auth)
     return app
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, params
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -20,9 +20,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ragbot.errors import (
     ConfigurationError,
     DependencyUnavailable,
+    Forbidden,
     NotFound,
     RagbotError,
     SourceRefused,
+    Unauthenticated,
     ValidationFailed,
 )
 from ragbot.observability.logging import (
@@ -105,9 +107,15 @@ class ObservabilityMiddleware:
 
 
 def add_health_routes(
-    app: FastAPI, *, service: str, checks: Mapping[str, ReadinessCheck] | None = None, timeout_s: float = 2.0
+    app: FastAPI,
+    *,
+    service: str,
+    checks: Mapping[str, ReadinessCheck] | None = None,
+    timeout_s: float = 2.0,
+    metrics_dependencies: Sequence[params.Depends] = (),
 ) -> None:
-    """Add ``/healthz`` (alive), ``/readyz`` (every dependency answers) and ``/metrics``."""
+    """Add ``/healthz`` (alive), ``/readyz`` (every dependency answers) and ``/metrics`` (guarded by
+    ``metrics_dependencies``: the services pass the ``metrics`` scope)."""
     named_checks = dict(checks or {})
 
     async def healthz() -> dict[str, str]:
@@ -124,7 +132,9 @@ def add_health_routes(
 
     app.add_api_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/metrics", metrics, methods=["GET"], include_in_schema=False, dependencies=list(metrics_dependencies)
+    )
 
 
 async def run_checks(checks: Mapping[str, ReadinessCheck], *, timeout_s: float) -> dict[str, bool]:
@@ -148,6 +158,10 @@ def _error_body(exc: RagbotError) -> tuple[int, dict[str, Any]]:
         return 422, {"detail": [{"loc": loc, "msg": str(exc), "type": "value_error"}]}
     if isinstance(exc, NotFound):
         return 404, {"detail": str(exc)}
+    if isinstance(exc, Unauthenticated):
+        return 401, {"detail": str(exc)}
+    if isinstance(exc, Forbidden):
+        return 403, {"detail": str(exc)}
     if isinstance(exc, DependencyUnavailable):
         return 503, {"detail": str(exc), "dependency": exc.dependency}
     if isinstance(exc, SourceRefused):
@@ -165,15 +179,20 @@ def add_error_handlers(app: FastAPI) -> None:
         status, body = _error_body(exc)
         log = logger.error if status >= 500 else logger.info
         log("request failed: %s", exc, extra={"status": status, "error_type": type(exc).__name__})
-        return JSONResponse(body, status_code=status)
+        headers = {"WWW-Authenticate": 'Bearer realm="ragbot"'} if status == 401 else None
+        return JSONResponse(body, status_code=status, headers=headers)
 
     app.add_exception_handler(RagbotError, handle)
 
 
 def setup_observability(
-    app: FastAPI, *, service: str, checks: Mapping[str, ReadinessCheck] | None = None
+    app: FastAPI,
+    *,
+    service: str,
+    checks: Mapping[str, ReadinessCheck] | None = None,
+    metrics_dependencies: Sequence[params.Depends] = (),
 ) -> None:
     """Everything an HTTP service needs: middleware, health routes and error handlers."""
     app.add_middleware(ObservabilityMiddleware, service=service)
-    add_health_routes(app, service=service, checks=checks)
+    add_health_routes(app, service=service, checks=checks, metrics_dependencies=metrics_dependencies)
     add_error_handlers(app)
