@@ -39,7 +39,14 @@ from ragbot.chat.widget import (
     WidgetUsers,
     find_banned,
 )
-from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, ValidationFailed
+from ragbot.errors import (
+    DependencyUnavailable,
+    Forbidden,
+    NotFound,
+    RagbotError,
+    Unauthenticated,
+    ValidationFailed,
+)
 from ragbot.http.auth import include_scoped
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.kolzchut import first_forwarded, kolzchut_search
@@ -180,6 +187,8 @@ class TranslatedError(BaseModel):
 def _refusal(exc: Exception, *, not_found: str) -> tuple[int, str]:
     if isinstance(exc, WidgetError):
         return exc.status, exc.message
+    if isinstance(exc, Unauthenticated | Forbidden):  # ragbot.http.auth: says what to send
+        return (401 if isinstance(exc, Unauthenticated) else 403), str(exc)
     if isinstance(exc, RequestValidationError | ValidationFailed):
         return 400, MESSAGES["invalid"]
     if isinstance(exc, NotFound):
@@ -212,7 +221,8 @@ class _WidgetRoute(APIRoute):
                     exc,
                     extra={"status": status, "error_type": type(exc).__name__, "path": request.url.path},
                 )
-                return JSONResponse(self.body(message), status_code=status)
+                challenge = {"WWW-Authenticate": 'Bearer realm="ragbot"'} if status == 401 else None
+                return JSONResponse(self.body(message), status_code=status, headers=challenge)
 
         return handle
 
@@ -323,5 +333,6 @@ class WidgetCORS:
 
 def install(app: FastAPI) -> None:
     """Add the widget's routes and its CORS to the chat app."""
-    include_scoped(app, router, "chat")
+    for part in (question_router, rate_router):
+        include_scoped(app, part, "chat")
     app.add_middleware(WidgetCORS)

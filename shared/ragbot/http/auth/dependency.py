@@ -186,9 +186,10 @@ def include_scoped(target: FastAPI | APIRouter, router: APIRouter, rule: RouteRu
     """
     groups: dict[RouteAuth | None, APIRouter] = {}
     for route in router.routes:
-        need: RouteAuth | None = None
-        if isinstance(route, APIRoute):
-            need = rule(route) if callable(rule) else RouteAuth(scope=rule)
+        if not isinstance(route, APIRoute):
+            # Fail closed: a nested router or a plain route would otherwise be included unguarded.
+            raise TypeError(f"include_scoped takes routers of API routes only, not {route!r}")
+        need = rule(route) if callable(rule) else RouteAuth(scope=rule)
         groups.setdefault(need, APIRouter()).routes.append(route)
     deps: dict[RouteAuth, params.Depends] = {}
     for need, part in groups.items():
