@@ -202,3 +202,14 @@ def test_keys_are_never_logged(ingest: TestClient, caplog: pytest.LogCaptureFixt
     for record in ours:
         text = record.getMessage() + repr(record.__dict__)
         assert key not in text and PING_TOKEN not in text
+
+
+def test_the_cli_prints_a_key_whose_hash_it_gives(capsys: pytest.CaptureFixture[str]) -> None:
+    from ragbot.cli.main import main
+
+    assert main(["auth", "hash-key", "--name", "wiki", "--scope", "ingest"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    key = out[0].removeprefix("key: ")
+    entry = ApiKeyEntry.model_validate_json(out[1].removeprefix("entry: "))
+    assert entry.name == "wiki" and entry.scopes == {"ingest"} and entry.sha256 == sha256_hex(key)
+    assert len(key) >= 40
