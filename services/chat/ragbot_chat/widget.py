@@ -274,8 +274,9 @@ async def question(
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> QuestionAnswer:
     """Answer a question from the widget: Markdown, the pages it rests on, and its id for ``/rate``."""
-    # The auth dependency resolved X-Forwarded-For against the trusted proxies (ragbot.http.auth).
-    client_ip: str | None = getattr(request.state, "client_ip", None) or first_forwarded(forwarded_for)
+    # The client a proxy reported, kept with the answer as sent (KZChatbot's contract); the auth layer's
+    # trusted-proxy view of the client is request.state.client_ip (what rate limits key on).
+    client_ip = first_forwarded(forwarded_for)
     if client_ip is None and request.client is not None:
         client_ip = request.client.host
     return await widget_question(res=res, body=body, client_ip=client_ip)
