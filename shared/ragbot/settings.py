@@ -370,6 +370,17 @@ class AuthSettings(BaseSettings):
     cookie_secure: bool = False
 
 
+class ClientSettings(BaseSettings):
+    """What the ``ragbot`` commands that call a service (``reindex``, ``chat``) send as their key."""
+
+    model_config = _config("RAGBOT_CLIENT_")
+    api_key: SecretStr | None = None
+
+    def headers(self) -> dict[str, str]:
+        """``Authorization: Bearer`` with the key, or nothing when none is set."""
+        return {"Authorization": f"Bearer {self.api_key.get_secret_value()}"} if self.api_key else {}
+
+
 class ObservabilitySettings(BaseSettings):
     """Logging and metrics shared by every process."""
 
@@ -440,6 +451,12 @@ def get_chat_settings() -> ChatSettings:
 
 
 @lru_cache
+def get_client_settings() -> ClientSettings:
+    """The CLI's outgoing key, read once per process."""
+    return ClientSettings()
+
+
+@lru_cache
 def get_auth_settings() -> AuthSettings:
     """Authentication settings, read once per process."""
     return AuthSettings()
@@ -466,5 +483,6 @@ def clear_settings_caches() -> None:
         get_chat_settings,
         get_observability_settings,
         get_auth_settings,
+        get_client_settings,
     ):
         factory.cache_clear()
