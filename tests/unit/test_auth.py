@@ -213,3 +213,9 @@ def test_the_cli_prints_a_key_whose_hash_it_gives(capsys: pytest.CaptureFixture[
     entry = ApiKeyEntry.model_validate_json(out[1].removeprefix("entry: "))
     assert entry.name == "wiki" and entry.scopes == {"ingest"} and entry.sha256 == sha256_hex(key)
     assert len(key) >= 40
+
+
+def test_malformed_credentials_are_401_not_500(ingest: TestClient) -> None:
+    for header in ("Basic !!!not-base64", "Basic " + base64.b64encode(b"no-colon").decode(), "Bearer"):
+        response = ingest.post("/v1/pages/changed", json=PING, headers={"Authorization": header})
+        assert response.status_code == 401, (header, response.status_code, response.text)
