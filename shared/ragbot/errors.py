@@ -13,6 +13,8 @@ it; a route that catches one itself says so. "Retried" is the embedder worker's 
     │   ├── UploadsRefused          422, one detail per file (ingest)        not retried
     │   └── BodyTooLarge            413 (ingest: a reindex body or line)     not retried
     ├── NotFound                    404                                      not retried
+    ├── Unauthenticated             401 with ``WWW-Authenticate``            not retried
+    ├── Forbidden                   403 (a credential without the scope)     not retried
     ├── DependencyUnavailable       503 (``dependency`` in the body)         retried
     │   ├── StoreUnavailable        503, dependency "store"                  retried
     │   ├── LLMError                503, dependency "llm"                    retried
@@ -77,6 +79,14 @@ class BodyTooLarge(ValidationFailed):
 
 class NotFound(RagbotError):
     """The thing asked for does not exist."""
+
+
+class Unauthenticated(RagbotError):
+    """No credential, or one that matches no key: the message says what to send."""
+
+
+class Forbidden(RagbotError):
+    """The credential is valid but lacks the scope the route needs; the message names the scope."""
 
 
 class DependencyUnavailable(RagbotError):

@@ -16,9 +16,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Re-exported: the services and tests import the auth vocabulary with the settings.
+from ragbot.schemas.auth import AUTH_SCOPES as AUTH_SCOPES
+from ragbot.schemas.auth import ApiKeyEntry as ApiKeyEntry
+from ragbot.schemas.auth import AuthScope as AuthScope
+from ragbot.schemas.auth import PingTokenEntry as PingTokenEntry
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
 
 # The precision a torch model runs in (``ragbot.inference.precision`` resolves "auto").
@@ -229,6 +234,8 @@ class ChatSettings(LLMSettings):
     # the UI's proxy waits for it (uploads included).
     ingest_url: str = "http://127.0.0.1:8001"
     ingest_timeout_s: float = Field(default=120.0, gt=0)
+    # The key chat sends to the retriever and ingest (scopes retrieve and ingest), if they require one.
+    service_key: SecretStr | None = None
     # Sessions in Redis: lifetime (refreshed on every turn), turns kept, turns sent to the LLM.
     session_ttl_s: int = Field(default=86400, ge=60)
     max_turns: int = Field(default=20, ge=1, le=1000)
@@ -370,6 +377,42 @@ class RateLimitSettings(BaseSettings):
         return value
 
 
+class AuthSettings(BaseSettings):
+    """Who may call the HTTP services: API keys with scopes, trusted networks, ping tokens, UI sessions.
+
+    With no key and no ping token configured, loopback (127.0.0.0/8, ::1) is trusted for every scope
+    (``make run``); once one is, only what is configured is trusted.
+    """
+
+    model_config = _config("RAGBOT_AUTH_")
+    # false: no checks at all (only behind a gateway that authenticates every call).
+    enabled: bool = True
+    keys: list[ApiKeyEntry] = Field(default_factory=list)
+    # Scope -> CIDRs whose callers need no key (KZChatbot's server, a monitoring host).
+    trusted_networks: dict[AuthScope, list[IPvAnyNetwork]] = Field(default_factory=dict)
+    # Reverse proxies whose X-Forwarded-For is believed (the client is the last address before them).
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
+    ping_tokens: list[PingTokenEntry] = Field(default_factory=list)
+    # Signs the web UI's session cookie (empty: a random secret per process, so sign-ins end on restart).
+    session_secret: SecretStr | None = None
+    session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86400)
+    # The chat page: "open" (anyone who reaches it gets a chat-scoped session) or "chat" (sign in).
+    chat_page: Literal["open", "chat"] = "open"
+    # Cookies only over HTTPS (set it when TLS ends at a reverse proxy in front of chat).
+    cookie_secure: bool = False
+
+
+class ClientSettings(BaseSettings):
+    """What the ``ragbot`` commands that call a service (``reindex``, ``chat``) send as their key."""
+
+    model_config = _config("RAGBOT_CLIENT_")
+    api_key: SecretStr | None = None
+
+    def headers(self) -> dict[str, str]:
+        """``Authorization: Bearer`` with the key, or nothing when none is set."""
+        return {"Authorization": f"Bearer {self.api_key.get_secret_value()}"} if self.api_key else {}
+
+
 class ObservabilitySettings(BaseSettings):
     """Logging and metrics shared by every process."""
 
@@ -446,6 +489,18 @@ def get_rate_limit_settings() -> RateLimitSettings:
 
 
 @lru_cache
+def get_client_settings() -> ClientSettings:
+    """The CLI's outgoing key, read once per process."""
+    return ClientSettings()
+
+
+@lru_cache
+def get_auth_settings() -> AuthSettings:
+    """Authentication settings, read once per process."""
+    return AuthSettings()
+
+
+@lru_cache
 def get_observability_settings() -> ObservabilitySettings:
     """Observability settings, read once per process."""
     return ObservabilitySettings()
@@ -466,5 +521,7 @@ def clear_settings_caches() -> None:
         get_chat_settings,
         get_rate_limit_settings,
         get_observability_settings,
+        get_auth_settings,
+        get_client_settings,
     ):
         factory.cache_clear()

@@ -379,7 +379,13 @@ class FakeOpenAI(_RecordingServer):
 def serve_app(app: Any, *, start_timeout_s: float = 60.0) -> Iterator[str]:
     """Run ``app`` (with its lifespan) on a free port in a thread; yields its base URL."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_config=None, lifespan="on", timeout_graceful_shutdown=5
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        proxy_headers=False,  # as the services run: X-Forwarded-For is ragbot.http.auth's to trust
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

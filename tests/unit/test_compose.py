@@ -24,6 +24,12 @@ REQUIRED_VARIABLES = {
     "REDIS_PASSWORD",
     "GRAFANA_ADMIN_PASSWORD",
     "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS",
+    "WIKI_API_KEY",
+    "KZCHATBOT_API_KEY",
+    "ADMIN_API_KEY",
+    "SERVICE_API_KEY",
+    "METRICS_API_KEY",
+    "UI_SESSION_SECRET",
 }
 MODULE_ROOTS = [ROOT / "shared", *sorted((ROOT / "services").glob("*"))]
 
@@ -272,3 +278,12 @@ def test_chat_answers_with_the_ollama_service(services: dict[str, dict[str, Any]
     assert "http://ollama:11434" in env["RAGBOT_CHAT_LLM_URL"]
     assert "OLLAMA_MODEL" in env["RAGBOT_CHAT_LLM_MODEL"]  # the model ollama-pull fetches
     assert "ollama" in services["chat"]["depends_on"]
+
+
+def test_only_chat_and_ingest_are_published_and_require_keys(services: dict[str, dict[str, Any]]) -> None:
+    published = {name for name, svc in services.items() if svc.get("ports")}
+    assert published == {"chat", "ingest", "grafana"}
+    assert all(str(p).startswith("127.0.0.1:") for p in services["grafana"]["ports"])
+    for name in ("ingest", "retriever", "chat"):
+        assert "RAGBOT_AUTH_KEYS" in services[name]["environment"], name
+    assert "RAGBOT_CHAT_SERVICE_KEY" in services["chat"]["environment"]

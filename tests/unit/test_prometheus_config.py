@@ -52,9 +52,21 @@ def _rule_exprs() -> list[str]:
     return [rule["expr"] for group in _yaml(RULES_YML)["groups"] for rule in group["rules"]]
 
 
-def test_promtool_accepts_the_config_and_its_rules() -> None:
+METRICS_KEY_FILE = "/run/secrets/metrics_key"
+
+
+def test_promtool_accepts_the_config_and_its_rules(tmp_path: Path) -> None:
+    """promtool also checks that the key file exists: the compose secret is stood in by a temporary one."""
+    folder = tmp_path / "prometheus"
+    shutil.copytree(PROMETHEUS_YML.parent, folder)
+    (tmp_path / "metrics_key").write_text("test-metrics-key\n", encoding="utf-8")
+    text = PROMETHEUS_YML.read_text(encoding="utf-8")
+    assert METRICS_KEY_FILE in text
+    (folder / PROMETHEUS_YML.name).write_text(
+        text.replace(METRICS_KEY_FILE, str(tmp_path / "metrics_key")), encoding="utf-8"
+    )
     result = subprocess.run(
-        [_promtool(), "check", "config", str(PROMETHEUS_YML)],
+        [_promtool(), "check", "config", str(folder / PROMETHEUS_YML.name)],
         capture_output=True,
         text=True,
         timeout=60,

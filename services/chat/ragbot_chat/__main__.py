@@ -14,7 +14,9 @@ def main() -> None:
     observability = get_observability_settings()
     configure_logging(service=SERVICE, level=observability.log_level, json_lines=observability.log_json)
     settings = get_chat_settings()
-    uvicorn.run(create_app(), host=settings.host, port=settings.port, log_config=None)
+    # proxy_headers=False: X-Forwarded-For is trusted by ragbot.http.auth (RAGBOT_AUTH_TRUSTED_PROXIES)
+    # alone, never rewritten into the peer address by uvicorn.
+    uvicorn.run(create_app(), host=settings.host, port=settings.port, log_config=None, proxy_headers=False)
 
 
 if __name__ == "__main__":

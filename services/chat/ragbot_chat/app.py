@@ -25,10 +25,10 @@ from ragbot.llms import build_llm
 from ragbot.messaging.redis import build_redis
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
-from ragbot.settings import ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
+from ragbot.settings import AuthSettings, ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
 from ragbot_chat import widget
 from ragbot_chat.deps import Resources
-from ragbot_chat.routes import ROUTERS
+from ragbot_chat.routes import ROUTERS, route_auth
 from ragbot_chat.ui import install_ui
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,10 @@ async def build_resources(
     """The composition root: LLM (loaded in a thread), retriever client, Redis."""
     llm = build_llm(settings=settings)
     await asyncio.to_thread(llm.warm_up)
-    retriever = HttpRetriever(base_url=settings.retriever_url, timeout_s=settings.retriever_timeout_s)
+    key = settings.service_key.get_secret_value() if settings.service_key else None
+    retriever = HttpRetriever(
+        base_url=settings.retriever_url, timeout_s=settings.retriever_timeout_s, api_key=key
+    )
     redis_client = build_redis(redis_settings)
     try:
         yield assemble(
@@ -111,8 +114,8 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
     return build_resources(settings=get_chat_settings(), redis_settings=get_redis_settings())
 
 
-def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
-    """The chat app; ``resources`` replaces the composition root (tests)."""
+def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings | None = None) -> FastAPI:
+    """The chat app; ``resources`` and ``auth`` replace the composition root and the auth settings."""
     app = create_service_app(
         service=SERVICE,
         resources=resources or default_resources,
@@ -123,6 +126,8 @@ def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
         },
         routers=ROUTERS,
         json_exempt_prefixes=(widget.PREFIX,),  # the widget answers bad bodies in Hebrew, its protocol
+        route_auth=route_auth,
+        auth=auth,
     )
     widget.install(app)
     install_ui(app)

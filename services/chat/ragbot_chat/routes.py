@@ -8,12 +8,27 @@
 
 Every contract runs its turns through ``service`` (the pipeline's events, stored before ``done``);
 the streaming ones frame them with ``sse``. The health routes come from ``ragbot.http.app``.
+
+Scopes (``route_auth``): ``admin`` for ``/set_config`` and the UI's ``/ui/api/*`` proxies, ``chat`` for
+everything else (the Kol-Zchut reads ``/get_config``... included: KZChatbot's server calls them with
+its chat key); the pages themselves sign in (``ui``).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.routing import APIRoute
 
+from ragbot.http.auth import RouteAuth
 from ragbot_chat import kolzchut, native, openai_compat
 
 ROUTERS: tuple[APIRouter, ...] = (native.router, openai_compat.router, kolzchut.router)
+ADMIN_PATHS = frozenset({"/set_config"})
+ADMIN_PREFIX = "/ui/api/"
+
+
+def route_auth(route: APIRoute) -> RouteAuth:
+    """The scope a chat route needs."""
+    if route.path in ADMIN_PATHS or route.path.startswith(ADMIN_PREFIX):
+        return RouteAuth(scope="admin")
+    return RouteAuth(scope="chat")

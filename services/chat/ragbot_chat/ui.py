@@ -21,16 +21,21 @@ from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from ragbot.errors import DependencyUnavailable, NotFound
+from ragbot.http.auth import include_scoped
 from ragbot.observability.logging import get_request_id
+from ragbot.settings import AuthScope
+from ragbot_chat import signin
 from ragbot_chat.deps import Resources, ResourcesDep
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = "/ui/static"
 PAGES = {"/": "index.html", "/documents": "documents.html", "/admin": "admin.html"}
+# The scope each page needs (the chat page's also depends on RAGBOT_AUTH_CHAT_PAGE: ragbot_chat.signin).
+PAGE_SCOPES: dict[str, AuthScope] = {"/": "chat", "/documents": "admin", "/admin": "admin"}
 # The pages render LLM output and uploaded titles: scripts, styles and calls stay on this origin.
 PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -106,24 +111,27 @@ def get_proxy(request: Request) -> UiProxy:
 ProxyDep = Annotated[UiProxy, Depends(get_proxy)]
 
 
-def _page_route(filename: str) -> Callable[[], Any]:
-    async def page() -> FileResponse:
-        return FileResponse(STATIC_DIR / filename, media_type="text/html", headers=PAGE_HEADERS)
+def _page_route(filename: str, scope: AuthScope) -> Callable[[Request], Any]:
+    async def page(request: Request) -> Response:
+        return signin.page_or_signin(request, path=STATIC_DIR / filename, scope=scope, headers=PAGE_HEADERS)
 
-    page.__doc__ = f"The web UI page {filename}."
+    page.__doc__ = f"The web UI page {filename} (or the sign-in form)."
     return page
 
 
 for _path, _file in PAGES.items():
-    router.add_api_route(_path, _page_route(_file), methods=["GET"], name=f"ui:{_file}")
+    router.add_api_route(_path, _page_route(_file, PAGE_SCOPES[_path]), methods=["GET"], name=f"ui:{_file}")
 
 
-def forwarded_headers(request: Request) -> dict[str, str]:
-    """The request headers ingest and the retriever need, plus our request id for their logs."""
+def forwarded_headers(request: Request, res: Resources | None = None) -> dict[str, str]:
+    """The request headers ingest and the retriever need, our request id for their logs, and chat's own
+    key (``RAGBOT_CHAT_SERVICE_KEY``) when one is set: the browser's credentials never travel on."""
     headers = {k: v for k in _FORWARD_HEADERS if (v := request.headers.get(k)) is not None}
     rid = get_request_id()
     if rid:
         headers["X-Request-ID"] = rid
+    if res is not None and res.settings.service_key is not None:
+        headers["Authorization"] = f"Bearer {res.settings.service_key.get_secret_value()}"
     return headers
 
 
@@ -143,7 +151,7 @@ async def ingest_proxy(path: str, request: Request, res: ResourcesDep, proxy: Pr
         url=f"{res.settings.ingest_url.rstrip('/')}/{path}",
         dependency="ingest",
         timeout_s=res.settings.ingest_timeout_s,
-        headers=forwarded_headers(request),
+        headers=forwarded_headers(request, res),
         params=httpx.QueryParams(str(request.query_params)),
         content=body,
     )
@@ -156,7 +164,7 @@ async def to_retriever(request: Request, res: Resources, proxy: UiProxy, *, path
         url=f"{res.settings.retriever_url.rstrip('/')}/{path}",
         dependency="retriever",
         timeout_s=res.settings.retriever_timeout_s,
-        headers=forwarded_headers(request),
+        headers=forwarded_headers(request, res),
         content=await request.body() if request.method == "POST" else None,
     )
 
@@ -179,7 +187,8 @@ def install_ui(app: FastAPI) -> None:
     Tests put an ``httpx`` transport in ``app.state.ui_transport`` before the app starts.
     """
     app.include_router(router)
-    app.include_router(api_router)
+    app.include_router(signin.router)
+    include_scoped(app, api_router, "admin")
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="ui-static")
     inner: Callable[[Any], AbstractAsyncContextManager[Any]] = app.router.lifespan_context
 

@@ -40,7 +40,16 @@ from ragbot.chat.widget import (
     WidgetUsers,
     find_banned,
 )
-from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, RateLimited, ValidationFailed
+from ragbot.errors import (
+    DependencyUnavailable,
+    Forbidden,
+    NotFound,
+    RagbotError,
+    RateLimited,
+    Unauthenticated,
+    ValidationFailed,
+)
+from ragbot.http.auth import include_scoped
 from ragbot.http.limits import rate_limit
 from ragbot.observability.http import retry_after_headers
 from ragbot_chat.deps import Resources, ResourcesDep
@@ -182,6 +191,8 @@ class TranslatedError(BaseModel):
 def _refusal(exc: Exception, *, not_found: str) -> tuple[int, str]:
     if isinstance(exc, WidgetError):
         return exc.status, exc.message
+    if isinstance(exc, Unauthenticated | Forbidden):  # ragbot.http.auth: says what to send
+        return (401 if isinstance(exc, Unauthenticated) else 403), str(exc)
     if isinstance(exc, RequestValidationError | ValidationFailed | HTTPException):
         return 400, MESSAGES["invalid"]  # HTTPException: FastAPI's 400 for a body it cannot parse
     if isinstance(exc, NotFound):
@@ -218,7 +229,10 @@ class _WidgetRoute(APIRoute):
                     exc,
                     extra={"status": status, "error_type": type(exc).__name__, "path": request.url.path},
                 )
-                return JSONResponse(self.body(message), status_code=status, headers=retry_after_headers(exc))
+                headers = retry_after_headers(exc) or {}
+                if status == 401:
+                    headers = {**headers, "WWW-Authenticate": 'Bearer realm="ragbot"'}
+                return JSONResponse(self.body(message), status_code=status, headers=headers or None)
 
         return handle
 
@@ -276,6 +290,8 @@ async def question(
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> QuestionAnswer:
     """Answer a question from the widget: Markdown, the pages it rests on, and its id for ``/rate``."""
+    # The client a proxy reported, kept with the answer as sent (KZChatbot's contract); the auth layer's
+    # trusted-proxy view of the client is request.state.client_ip (what rate limits key on).
     client_ip = first_forwarded(forwarded_for)
     if client_ip is None and request.client is not None:
         client_ip = request.client.host
@@ -339,5 +355,6 @@ class WidgetCORS:
 
 def install(app: FastAPI) -> None:
     """Add the widget's routes and its CORS to the chat app."""
-    app.include_router(router)
+    for part in (question_router, rate_router):
+        include_scoped(app, part, "chat")
     app.add_middleware(WidgetCORS)

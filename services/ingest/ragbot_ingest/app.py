@@ -11,15 +11,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from ragbot.definition import load_definition
 from ragbot.errors import RagbotError
 from ragbot.http.app import create_service_app
+from ragbot.http.auth import RouteAuth
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import TaskSender, create_celery_app
 from ragbot.messaging.redis import build_redis
 from ragbot.ports import SearchStore
 from ragbot.settings import (
+    AuthSettings,
     IngestSettings,
     ModelSettings,
     RedisSettings,
@@ -95,11 +98,21 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
     )
 
 
-def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
-    """The ingest app; ``resources`` replaces the composition root (tests)."""
+PING_PATH = "/v1/pages/changed"
+
+
+def route_auth(route: APIRoute) -> RouteAuth:
+    """Every ingest route, reads included, needs ``ingest``; the wiki's ping also takes its ping token."""
+    return RouteAuth(scope="ingest", ping_token=route.path == PING_PATH)
+
+
+def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings | None = None) -> FastAPI:
+    """The ingest app; ``resources`` replaces the composition root and ``auth`` the auth settings (tests)."""
     return create_service_app(
         service=SERVICE,
         resources=resources or default_resources,
         checks={"redis": lambda res: res.jobs.ping()},
         routers=[router],
+        route_auth=route_auth,
+        auth=auth,
     )

@@ -19,6 +19,7 @@ from ragbot.http.app import create_service_app
 from ragbot.ports import Embedder, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.settings import (
+    AuthSettings,
     ModelSettings,
     RetrieverSettings,
     StoreSettings,
@@ -102,11 +103,14 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
     )
 
 
-def create_app(*, resources: ResourcesFactory | None = None) -> FastAPI:
-    """The retriever app; ``resources`` replaces the composition root (tests)."""
+def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings | None = None) -> FastAPI:
+    """The retriever app (every route needs ``retrieve``); ``resources`` and ``auth`` replace the
+    composition root and the auth settings (tests)."""
     return create_service_app(
         service=SERVICE,
         resources=resources or default_resources,
         checks={"store": lambda res: res.store.ping()},
         routers=[router],
+        route_auth="retrieve",
+        auth=auth,
     )

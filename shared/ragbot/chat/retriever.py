@@ -40,13 +40,19 @@ class HttpRetriever:
     """The retriever service's HTTP API."""
 
     def __init__(
-        self, *, base_url: str, timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        *,
+        base_url: str,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
             transport=transport,
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
 
     async def _call(self, method: str, path: str, json: dict[str, Any] | None = None) -> httpx.Response:

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import httpx
 
 from ragbot.errors import DependencyUnavailable, NotFound, ValidationFailed
+from ragbot.settings import get_client_settings
 
 DEFAULT_STATE_FILE = Path.home() / ".ragbot" / "chat_sessions.json"
 EXIT_WORDS = frozenset({"exit", "quit", ":q"})
@@ -49,7 +50,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """The subcommand: open or continue a session, then read questions from stdin until ``exit``."""
     url = args.url or _default_url()
-    with httpx.Client(base_url=url, timeout=httpx.Timeout(args.timeout, connect=10.0)) as client:
+    headers = get_client_settings().headers()  # RAGBOT_CLIENT_API_KEY: a key with the chat scope
+    timeout = httpx.Timeout(args.timeout, connect=10.0)
+    with httpx.Client(base_url=url, timeout=timeout, headers=headers) as client:
         session_id = open_session(
             client=client,
             url=url,

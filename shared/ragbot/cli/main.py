@@ -3,7 +3,8 @@
 Subcommands: ``index`` (folders of documents, re-embedding what changed), ``reindex`` (bulk
 reindex through the ingest service, with a progress bar), ``eval`` (retrieval
 quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
-pairs from a BEIR split), ``chat`` (talk to the chat service, streaming). Errors ragbot raises on
+pairs from a BEIR split), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
+API key and its hash). Errors ragbot raises on
 purpose end the command with status 1 and a one-line reason.
 """
 
@@ -21,6 +22,7 @@ logger = logging.getLogger("ragbot.cli.main")
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ragbot`` parser with every subcommand."""
+    from ragbot.cli import auth as cli_auth
     from ragbot.cli import chat as cli_chat
     from ragbot.cli import eval as cli_eval
     from ragbot.cli import index as cli_index
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_index.register(subparsers)
     cli_reindex.register(subparsers)
     cli_chat.register(subparsers)
+    cli_auth.register(subparsers)
     return parser
 
 

@@ -19,6 +19,7 @@ from typing import IO, Any
 import httpx
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.settings import get_client_settings
 
 FINAL = frozenset({"done", "skipped", "failed"})
 _CHUNK = 1024 * 1024
@@ -55,7 +56,9 @@ def run_reindex(args: argparse.Namespace) -> int:
     if args.wiki_list_url and not args.callback_url:
         sys.stderr.write("ragbot reindex: --wiki-list-url needs --callback-url\n")
         return 2
-    with httpx.Client(base_url=url, timeout=httpx.Timeout(600.0, connect=10.0), trust_env=False) as client:
+    headers = get_client_settings().headers()  # RAGBOT_CLIENT_API_KEY: a key with the ingest scope
+    timeout = httpx.Timeout(600.0, connect=10.0)
+    with httpx.Client(base_url=url, timeout=timeout, trust_env=False, headers=headers) as client:
         response = _submit(client, args)
         if response.status_code != 202:
             sys.stderr.write(f"ragbot reindex: ingest answered {response.status_code}: {_detail(response)}\n")

@@ -16,11 +16,12 @@ from typing import TypeVar
 from fastapi import APIRouter, FastAPI, Request
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.http.auth import RouteRule, include_scoped, install_auth, require
 from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.http.responses import document_error_responses
 from ragbot.observability.http import ReadinessCheck, setup_observability
-from ragbot.settings import get_rate_limit_settings, get_redis_settings
+from ragbot.settings import AuthScope, AuthSettings, get_rate_limit_settings, get_redis_settings
 
 R = TypeVar("R")
 
@@ -31,9 +32,15 @@ def create_service_app(
     resources: Callable[[], AbstractAsyncContextManager[R]],
     checks: Mapping[str, Callable[[R], Awaitable[bool]]],
     routers: Sequence[APIRouter],
+    route_auth: RouteRule | AuthScope,
+    auth: AuthSettings | None = None,
     json_exempt_prefixes: Sequence[str] = (),
 ) -> FastAPI:
-    """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them."""
+    """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them.
+
+    Every router's routes get the scope ``route_auth`` gives them (``ragbot.http.auth``); ``/metrics``
+    needs ``metrics``; ``/healthz`` and ``/readyz`` stay open. ``auth`` replaces the environment's.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,9 +69,15 @@ def create_service_app(
 
     # Inside the observability middleware, so its refusals are counted and carry a request id.
     app.add_middleware(JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes)
-    setup_observability(app, service=service, checks={name: bound(check) for name, check in checks.items()})
+    install_auth(app, auth)
+    setup_observability(
+        app,
+        service=service,
+        checks={name: bound(check) for name, check in checks.items()},
+        metrics_dependencies=[require("metrics")],
+    )
     for router in routers:
-        app.include_router(router)
+        include_scoped(app, router, route_auth)
     document_error_responses(app)
     return app
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, params
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -20,11 +20,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ragbot.errors import (
     ConfigurationError,
     DependencyUnavailable,
+    Forbidden,
     LLMBusy,
     NotFound,
     RagbotError,
     RateLimited,
     SourceRefused,
+    Unauthenticated,
     ValidationFailed,
 )
 from ragbot.observability.logging import (
@@ -107,9 +109,15 @@ class ObservabilityMiddleware:
 
 
 def add_health_routes(
-    app: FastAPI, *, service: str, checks: Mapping[str, ReadinessCheck] | None = None, timeout_s: float = 2.0
+    app: FastAPI,
+    *,
+    service: str,
+    checks: Mapping[str, ReadinessCheck] | None = None,
+    timeout_s: float = 2.0,
+    metrics_dependencies: Sequence[params.Depends] = (),
 ) -> None:
-    """Add ``/healthz`` (alive), ``/readyz`` (every dependency answers) and ``/metrics``."""
+    """Add ``/healthz`` (alive), ``/readyz`` (every dependency answers) and ``/metrics`` (guarded by
+    ``metrics_dependencies``: the services pass the ``metrics`` scope)."""
     named_checks = dict(checks or {})
 
     async def healthz() -> dict[str, str]:
@@ -126,7 +134,9 @@ def add_health_routes(
 
     app.add_api_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/metrics", metrics, methods=["GET"], include_in_schema=False, dependencies=list(metrics_dependencies)
+    )
 
 
 async def run_checks(checks: Mapping[str, ReadinessCheck], *, timeout_s: float) -> dict[str, bool]:
@@ -154,6 +164,10 @@ def _error_body(exc: RagbotError) -> tuple[int, dict[str, Any]]:
         return 429, {"detail": str(exc), "limit": exc.limit, "retry_after_s": exc.retry_after_s}
     if isinstance(exc, LLMBusy):
         return 503, {"detail": str(exc), "dependency": exc.dependency, "retry_after_s": exc.retry_after_s}
+    if isinstance(exc, Unauthenticated):
+        return 401, {"detail": str(exc)}
+    if isinstance(exc, Forbidden):
+        return 403, {"detail": str(exc)}
     if isinstance(exc, DependencyUnavailable):
         return 503, {"detail": str(exc), "dependency": exc.dependency}
     if isinstance(exc, SourceRefused):
@@ -179,15 +193,22 @@ def add_error_handlers(app: FastAPI) -> None:
         # A full LLM queue is load, not a fault: a warning, so a burst does not flood the error log.
         log = logger.warning if isinstance(exc, LLMBusy) else logger.error if status >= 500 else logger.info
         log("request failed: %s", exc, extra={"status": status, "error_type": type(exc).__name__})
-        return JSONResponse(body, status_code=status, headers=retry_after_headers(exc))
+        headers = retry_after_headers(exc) or {}
+        if status == 401:
+            headers = {**headers, "WWW-Authenticate": 'Bearer realm="ragbot"'}
+        return JSONResponse(body, status_code=status, headers=headers or None)
 
     app.add_exception_handler(RagbotError, handle)
 
 
 def setup_observability(
-    app: FastAPI, *, service: str, checks: Mapping[str, ReadinessCheck] | None = None
+    app: FastAPI,
+    *,
+    service: str,
+    checks: Mapping[str, ReadinessCheck] | None = None,
+    metrics_dependencies: Sequence[params.Depends] = (),
 ) -> None:
     """Everything an HTTP service needs: middleware, health routes and error handlers."""
     app.add_middleware(ObservabilityMiddleware, service=service)
-    add_health_routes(app, service=service, checks=checks)
+    add_health_routes(app, service=service, checks=checks, metrics_dependencies=metrics_dependencies)
     add_error_handlers(app)

@@ -23,6 +23,12 @@ export function errorMessage(status, body) {
   return `HTTP ${status}`;
 }
 
+/** The signed-in page's CSRF token (the ragbot_csrf cookie), sent back on every write. */
+export function csrfHeaders() {
+  const match = document.cookie.match(/(?:^|;\s*)ragbot_csrf=([^;]+)/);
+  return match ? { "X-CSRF-Token": decodeURIComponent(match[1]) } : {};
+}
+
 async function readBody(response) {
   const text = await response.text();
   if (!text) return null;
@@ -35,7 +41,8 @@ async function readBody(response) {
 
 /** fetch + JSON: resolves the parsed body, rejects with ApiError on a non-2xx answer. */
 export async function api(path, { method = "GET", body, headers = {}, signal } = {}) {
-  const init = { method, headers: { Accept: "application/json", ...headers }, signal };
+  const write = method !== "GET" && method !== "HEAD";
+  const init = { method, headers: { Accept: "application/json", ...(write ? csrfHeaders() : {}), ...headers }, signal };
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";
@@ -60,7 +67,7 @@ export async function postStream(path, body, onEvent, { signal } = {}) {
   try {
     response = await fetch(path, {
       method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream", ...csrfHeaders() },
       body: JSON.stringify(body),
       signal,
     });

@@ -2,7 +2,7 @@
 // own progress) to the ingest service through /ui/api/ingest, their jobs polled to the end, the
 // indexed pages (GET /v1/pages) and the failed jobs with a Retry button.
 
-import { api, el, errorMessage, formatDate, sleep } from "./common.js";
+import { api, csrfHeaders, el, errorMessage, formatDate, sleep } from "./common.js";
 
 const INGEST = "/ui/api/ingest/v1";
 const FINAL = new Set(["done", "skipped", "failed"]);
@@ -45,6 +45,7 @@ function sendFile(file, onProgress) {
     const xhr = new XMLHttpRequest();
     xhr.open("POST", `${INGEST}/documents`);
     xhr.setRequestHeader("Accept", "application/json");
+    for (const [name, value] of Object.entries(csrfHeaders())) xhr.setRequestHeader(name, value);
     xhr.upload.addEventListener("progress", (event) => {
       if (event.lengthComputable) onProgress(event.loaded / event.total);
     });
