@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import Scope
 
 from ragbot.errors import RateLimited
+from ragbot.http.auth.credentials import Principal
 from ragbot.http.limits import RateLimiter, limiter_key, rate_limit
 from ragbot.observability.http import add_error_handlers
 from ragbot.settings import RateLimitSettings
@@ -40,6 +41,17 @@ def test_the_key_is_the_principal_then_the_resolved_address_then_the_peer() -> N
     assert limiter_key(request_with(client=None)) == ("address", "unknown")
     nameless = SimpleNamespace(name="")
     assert limiter_key(request_with({"principal": nameless})) == ("address", "10.0.0.7")
+
+
+def test_callers_without_a_key_of_their_own_are_counted_per_address() -> None:
+    for method in ("network", "session", "disabled"):
+        principal = Principal(name=f"{method}-caller", scopes=frozenset({"chat"}), method=method)
+        assert limiter_key(request_with({"principal": principal, "client_ip": "1.2.3.4"})) == (
+            "address",
+            "1.2.3.4",
+        )
+    keyed = Principal(name="kzchatbot", scopes=frozenset({"chat"}), method="basic")
+    assert limiter_key(request_with({"principal": keyed, "client_ip": "1.2.3.4"})) == ("key", "kzchatbot")
 
 
 def limited_app(limiter: RateLimiter, *, principal: str | None = None) -> FastAPI:

@@ -88,11 +88,18 @@ def _new_metrics(registry: CollectorRegistry) -> RateLimitMetrics:
 rate_limit_metrics = PerRegistry(_new_metrics)
 
 
+# How a principal proved a key of its own (``ragbot.http.auth.Principal.method``).
+_KEYED_METHODS = frozenset({"bearer", "api_key", "basic", "ping_token"})
+
+
 def limiter_key(request: Request) -> tuple[KeyKind, str]:
-    """Who is counted: the auth layer's principal, else the resolved client address, else the peer."""
+    """Who is counted: the key the auth layer recognised, else the resolved client address, else the peer.
+
+    Callers let in by a trusted network, a UI session (a guest chat page or a signed-in operator) or
+    with auth disabled hold no key of their own: they are counted per address."""
     principal = getattr(request.state, "principal", None)
     name = getattr(principal, "name", None)
-    if isinstance(name, str) and name:
+    if isinstance(name, str) and name and getattr(principal, "method", "bearer") in _KEYED_METHODS:
         return "key", name
     client_ip = getattr(request.state, "client_ip", None)
     if isinstance(client_ip, str) and client_ip:
