@@ -86,6 +86,24 @@ def _page_ids(base: int, count: int) -> list[int]:
     return [base + (n % 4) * 1000 + n for n in range(count)]
 
 
+def _move_primaries_to(stack: FaultStack, node: str) -> None:
+    """Make ``node`` hold half the primaries: Elasticsearch puts new primaries where it likes (often all
+    on one node), and the case worth testing is losing primaries, not only replicas. Cancelling a primary
+    that has an in-sync replica promotes the replica, and a fresh replica recovers on the other node."""
+    primaries = [s for s in stack.shards() if s["prirep"] == "p" and s["node"] != node]
+    wanted = len(stack.shards()) // 4 - (len(stack.shards()) // 2 - len(primaries))
+    commands = [
+        {"cancel": {"index": s["index"], "shard": int(s["shard"]), "node": s["node"], "allow_primary": True}}
+        for s in primaries[: max(0, wanted)]
+    ]
+    if commands:
+        response = httpx.post(
+            f"{stack.cluster.master_url}/_cluster/reroute", json={"commands": commands}, timeout=60
+        )
+        assert response.status_code == 200, response.text
+        stack.cluster.wait_status("green", nodes=2)
+
+
 def es_node_loss(stack: FaultStack, *, pages: int = 8, timeout_s: float = 180.0) -> NodeLoss:
     """Index, then re-ping every page (and some twice) while the data-only node is killed and restarted."""
     ids = _page_ids(1_000_000, pages)
@@ -93,10 +111,8 @@ def es_node_loss(stack: FaultStack, *, pages: int = 8, timeout_s: float = 180.0)
     records = stack.wait_jobs(first, timeout_s=timeout_s)
     assert all(r["state"] == "done" for r in records.values()), (records, stack.logs())
     stack.cluster.wait_status("green", nodes=2)
-    names = stack.cluster.node_names_by_id()
-    primaries = sum(
-        1 for s in stack.shards() if s["prirep"] == "p" and names.get(s["node"], s["node"]) == KILLED
-    )
+    _move_primaries_to(stack, KILLED)
+    primaries = sum(1 for s in stack.shards() if s["prirep"] == "p" and s["node"] == KILLED)
 
     load = QueryLoad(str(stack.retriever.base_url)).start()
     jobs: list[str] = []
