@@ -5,6 +5,9 @@
 #   scripts/services.sh down     stop what `up` started (pid files in the run dir), nothing else
 #   scripts/services.sh status   say what answers and what `up` started
 #   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool, chromium)
+#   scripts/services.sh es-env   install Elasticsearch if missing and print where it is (KEY=value lines:
+#                                ES_HOME, ES_JAVA_HOME, ES_RUN_DIR, ES_USER), for callers that start nodes
+#                                of their own (the two-node cluster of tests/support/es_cluster.py)
 #
 # Knobs (environment, defaults in brackets):
 #   RAGBOT_SERVICES       which services up/down/status handle ["redis es"]
@@ -393,6 +396,19 @@ es_status() {
     [[ $state == answers* ]]
 }
 
+es_env() {
+    # Where the distribution, its JDK and a run dir the node user can write are; installs what is missing.
+    local jh user=""
+    need_cmd curl curl
+    es_ensure_user
+    jh=$(es_need_java)
+    es_install
+    mkdir -p "$RUN_DIR"
+    chmod 755 "$RUN_DIR"
+    [[ $IS_ROOT -eq 1 ]] && user=$ES_USER
+    printf 'ES_HOME=%s\nES_JAVA_HOME=%s\nES_RUN_DIR=%s\nES_USER=%s\n' "$ES_HOME" "$jh" "$RUN_DIR" "$user"
+}
+
 # --- commands -------------------------------------------------------------------------------------
 
 deps() {
@@ -431,8 +447,9 @@ main() {
         ;;
     status) for_each status ;;
     deps) deps ;;
+    es-env) es_env ;;
     *)
-        sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
         exit 2
         ;;
     esac

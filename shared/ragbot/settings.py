@@ -49,7 +49,7 @@ class StoreSettings(BaseSettings):
     model_config = _config("RAGBOT_STORE_")
     backend: Literal["embedded", "elasticsearch"] = "embedded"
     embedded_path: Path = Path("var/ragbot.sqlite3")
-    es_url: str = "http://127.0.0.1:9200"
+    es_url: str = "http://127.0.0.1:9200"  # or several nodes of one cluster, comma-separated
     es_username: str | None = None
     es_password: SecretStr | None = None
     es_index_prefix: str = "ragbot"

@@ -17,7 +17,10 @@ from typing import Any, ParamSpec, TypeVar
 
 import redis as redis_sync
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, WatchError
+from redis.retry import Retry as SyncRetry
 
 from ragbot.errors import DependencyUnavailable
 from ragbot.settings import RedisSettings
@@ -34,18 +37,31 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# A pooled connection is dead after Redis restarts: without retries the first command on each one
+# fails (redis-py 8 retries nothing by default). Three quick retries reconnect; a Redis that stays
+# down still gives a 503 within a second more (tests/e2e/test_faults.py).
+_RETRIES = 3
+
+
+def _backoff() -> ExponentialBackoff:
+    return ExponentialBackoff(cap=0.5, base=0.05)
+
+
 def build_redis(settings: RedisSettings) -> Redis:
     """The asyncio client every service and the worker use; commands time out after the settings' limit."""
     return Redis.from_url(
         settings.url,
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.socket_timeout_s,
+        retry=Retry(_backoff(), _RETRIES),
     )
 
 
 def build_sync_redis(*, url: str, timeout_s: float) -> redis_sync.Redis:
     """A blocking client, for code that runs outside an event loop (the metrics collector)."""
-    return redis_sync.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    return redis_sync.Redis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=SyncRetry(_backoff(), _RETRIES)
+    )
 
 
 class redis_guard:

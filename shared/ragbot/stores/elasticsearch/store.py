@@ -85,8 +85,11 @@ class ElasticsearchStore:
             auth = None
             if s.es_username:
                 auth = (s.es_username, s.es_password.get_secret_value() if s.es_password else "")
+            # Several comma-separated URLs are nodes of one cluster: the client round-robins and moves a
+            # request off a node that stopped answering (operations.md, "When a node or Redis restarts").
+            hosts = [url.strip() for url in s.es_url.split(",") if url.strip()]
             self._client_obj = AsyncElasticsearch(
-                s.es_url,
+                hosts,
                 basic_auth=auth,
                 request_timeout=s.es_timeout_s,
                 max_retries=1,
