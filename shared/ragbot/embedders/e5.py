@@ -6,7 +6,7 @@ dot products, float16 on CUDA, and ONNX Runtime for a one-query-at-a-time proces
 the package's C engine (CPU only; the ``device`` setting does not apply). Both feed the same tokens
 (``<s> query: |passage: text </s>``), mean-pool, L2-normalise, and embed inputs longer than 512 tokens
 as the weighted mean of 510-token windows instead of truncating them; their vectors agree to a cosine
-of 0.9998 or better (``tests/integration/test_e5_fast.py``).
+of 0.9998 or better (``tests/unit/test_e5_fast.py``).
 """
 
 from __future__ import annotations
