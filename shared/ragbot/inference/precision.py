@@ -23,7 +23,14 @@ from ragbot.settings import Precision
 
 Resolved = Literal["float32", "bfloat16", "float16"]
 
-__all__ = ["Precision", "Resolved", "cast_model", "cpu_has_fast_bfloat16", "resolve_precision"]
+__all__ = [
+    "Precision",
+    "Resolved",
+    "cast_model",
+    "cpu_has_bfloat16_dot",
+    "cpu_has_fast_bfloat16",
+    "resolve_precision",
+]
 
 
 @functools.cache
@@ -35,6 +42,18 @@ def cpu_has_fast_bfloat16() -> bool:
     try:
         return bool(cpu._is_amx_tile_supported() and cpu._is_avx512_bf16_supported())
     except AttributeError:  # an older torch without the probes: assume not
+        return False
+
+
+@functools.cache
+def cpu_has_bfloat16_dot() -> bool:
+    """True when this CPU has AVX-512 BF16 (bfloat16 dot products), with or without AMX."""
+    import torch
+
+    cpu: Any = torch.cpu
+    try:
+        return bool(cpu._is_avx512_bf16_supported())
+    except AttributeError:
         return False
 
 
