@@ -490,7 +490,7 @@ async def test_an_answer_that_repeats_itself_is_ended_and_stored_without_the_rep
     assert llm.calls[-1].closed_early and llm.calls[-1].pieces_sent < 40
 
 
-async def test_an_answer_cut_by_the_token_cap_ends_at_a_word_and_says_so() -> None:
+async def test_an_answer_cut_by_the_token_cap_says_so() -> None:
     llm = ScriptedLLM(
         lambda _: "Benefits are paid monthly [1]. Claims are filed at the nearest branch office"
     )
@@ -499,4 +499,6 @@ async def test_an_answer_cut_by_the_token_cap_ends_at_a_word_and_says_so() -> No
     events = [e async for e in pipeline.run(request)]
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason == "length"
-    assert done.answer == "Benefits are paid monthly [1]. …"
+    assert done.answer == "Benefits are paid monthly [1]. Claims are filed …"
+    tokens = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert tokens == done.answer  # the mark is streamed too: what was shown is what is stored

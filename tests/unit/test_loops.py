@@ -1,8 +1,8 @@
-"""The loop detector ends answers that repeat themselves; a capped answer is cut at a word, marked."""
+"""The loop detector finds answers that repeat a word, a phrase, a sentence or a block."""
 
 from __future__ import annotations
 
-from ragbot.chat.loops import LoopDetector, cut_at_word
+from ragbot.chat.loops import LoopDetector
 
 
 def stream(text: str, size: int = 3) -> LoopDetector:
@@ -49,13 +49,3 @@ def test_a_normal_answer_with_repeated_words_is_not_a_loop() -> None:
 
 def test_short_repeats_below_the_length_floor_are_not_loops() -> None:
     assert not stream("no no no no, thanks.").looping
-
-
-def test_a_capped_answer_is_cut_at_the_last_sentence_or_word() -> None:
-    assert (
-        cut_at_word("The benefit is paid monthly. It can be claimed by resid")
-        == "The benefit is paid monthly. …"
-    )
-    long_tail = "word " * 60 + "unfinish"
-    assert cut_at_word(long_tail).endswith("word …")
-    assert cut_at_word("") == ""

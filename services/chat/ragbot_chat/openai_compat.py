@@ -50,6 +50,11 @@ class ChatCompletionRequest(BaseModel):
 # -- use cases ---------------------------------------------------------------------------------------
 
 
+def openai_finish(reason: str | None) -> str:
+    """OpenAI's finish reasons only: an answer the loop detector ended (``loop``) stopped."""
+    return reason if reason in {"stop", "length", "content_filter", "tool_calls"} else "stop"
+
+
 def openai_turn(*, res: Resources, messages: list[dict[str, Any]], mode: Mode | None) -> ChatRequest:
     """The last user message is the question; earlier user/assistant pairs are the history."""
     texts: list[tuple[str, str]] = []
@@ -169,7 +174,7 @@ async def openai_stream(
                     created=created,
                     model=model,
                     delta={},
-                    finish=event.finish_reason or "stop",
+                    finish=openai_finish(event.finish_reason),
                     usage=openai_usage(event.usage),
                     citations=sources_json(event.citations),
                     sources=sources_json(sources),
@@ -210,7 +215,7 @@ def openai_completion(
                     "role": "assistant",
                     "content": done.answer + sources_footer(done.citations, request.language),
                 },
-                "finish_reason": done.finish_reason or "stop",
+                "finish_reason": openai_finish(done.finish_reason),
             }
         ],
         "usage": openai_usage(done.usage),

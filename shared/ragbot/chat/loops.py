@@ -1,12 +1,11 @@
-"""Degenerate answers: a detector for an answer that repeats itself, and a word-safe cut for one that ran out.
+"""Degenerate answers: a detector for an answer that repeats itself, and the mark of one that ran out.
 
 Small models (the embedded 135M one above all) fall into loops: one word again and again, or the
 same phrase or sentence over and over, until the token cap cuts them mid-word. ``LoopDetector`` reads
 the answer as it streams and says when its tail is the same unit (a run of up to ``max_unit_words``
 words, or a block of up to ``max_unit_chars`` characters for text without spaces) repeated at least
-``min_repeats`` times; ``kept`` is then the answer with the unit once. ``cut_at_word`` trims an answer
-that hit the token cap back to its last whole word (or sentence, when one ends near the cut), so an
-answer is never cut mid-word without saying so.
+``min_repeats`` times; ``kept`` is then the answer with the unit once. An answer the token cap cut
+ends with ``CUT_MARK``, streamed as its last piece, so it is never cut mid-word without saying so.
 """
 
 from __future__ import annotations
@@ -14,10 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["LoopDetector", "cut_at_word"]
+__all__ = ["CUT_MARK", "LoopDetector"]
+
+# What ends an answer the token cap cut (streamed as its last piece, so the text shown says so).
+CUT_MARK = " …"
 
 _WORD = re.compile(r"\S+")
-_SENTENCE_END = re.compile(r"[.!?؟。…:](?=\s|$)")
 
 
 @dataclass(slots=True)
@@ -87,17 +88,3 @@ class LoopDetector:
             if all(tail[-(i + 1) * size : len(tail) - i * size] == unit for i in range(self.min_repeats)):
                 return len(self.text) - (self.min_repeats - 1) * size
         return None
-
-
-def cut_at_word(text: str, *, sentence_window: int = 160) -> str:
-    """``text`` cut back to its last whole sentence when one ends within ``sentence_window``
-    characters of the end, else to its last whole word; an ellipsis marks the cut."""
-    stripped = text.rstrip()
-    if not stripped:
-        return stripped
-    ends = [m.end() for m in _SENTENCE_END.finditer(stripped)]
-    if ends and len(stripped) - ends[-1] <= sentence_window:
-        return stripped[: ends[-1]] + " …"
-    space = max(stripped.rfind(" "), stripped.rfind("\n"))
-    head = stripped[:space].rstrip(" ,;:-") if space > 0 else stripped
-    return head + " …"

@@ -31,7 +31,7 @@ from ragbot.chat.events import (
     SourcesEvent,
     TokenEvent,
 )
-from ragbot.chat.loops import LoopDetector, cut_at_word
+from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
@@ -205,8 +205,9 @@ class ChatPipeline:
         answer, finish_reason = detector.kept, usage.finish_reason
         if detector.looping:
             finish_reason = "loop"  # the repeats are dropped from the answer that is stored and shown
-        elif finish_reason == "length":
-            answer = cut_at_word(answer)  # the token cap: never a half word, and the cut is marked
+        elif finish_reason == "length" and answer.strip():
+            yield TokenEvent(CUT_MARK)  # the token cap cut it: said so, never a silent half word
+            answer += CUT_MARK
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
