@@ -166,6 +166,19 @@ async def test_with_nothing_configured_loopback_is_trusted_for_every_scope_and_n
     assert (await _get(configured, "/whoami", peer="127.0.0.1")).status_code == 401
 
 
+async def test_a_key_that_matches_nothing_counts_for_nothing_on_a_trusted_network() -> None:
+    """SDKs always send a key (OpenAI's sends ``Bearer unused``): where the network alone lets a caller
+    in, an unknown key does not lock it out; anywhere else it is still a 401."""
+    unknown = {"Authorization": "Bearer unused"}
+    dev = probe_app(AuthSettings())
+    inside = await _get(dev, "/whoami", peer="127.0.0.1", headers=unknown)
+    assert inside.status_code == 200 and inside.json()["method"] == "network"
+    assert (await _get(dev, "/whoami", peer="192.168.1.20", headers=unknown)).status_code == 401
+    trusted = probe_app(auth_settings(trusted_networks={"chat": ["10.1.0.0/16"]}))
+    assert (await _get(trusted, "/whoami", peer="10.1.2.3", headers=unknown)).status_code == 200
+    assert (await _get(trusted, "/whoami", peer="203.0.113.9", headers=unknown)).status_code == 401
+
+
 def test_metrics_needs_the_metrics_scope_and_health_stays_open(ingest: TestClient) -> None:
     assert ingest.get("/healthz").status_code == 200
     assert ingest.get("/readyz").status_code in (200, 503)

@@ -130,7 +130,9 @@ def authenticate(
     presented = _presented(bearer, api_key, basic)
     if presented is not None:
         principal = authn.by_key(presented[0], presented[1])  # type: ignore[arg-type]
-        if principal is None:
+        # A key that matches nothing counts for nothing: a caller its network lets in without a key
+        # still gets in (SDKs such as OpenAI's always send one), any other is told its key is wrong.
+        if principal is None and authn.by_network(request.state.client_ip, need.scope) is None:
             raise Unauthenticated(f"the {presented[1]} credential matches no configured key; {WHAT_TO_SEND}")
     elif need.ping_token and token:
         principal = authn.by_ping_token(token)
