@@ -26,6 +26,7 @@ from fastapi.staticfiles import StaticFiles
 
 from ragbot.errors import DependencyUnavailable, NotFound
 from ragbot.http.auth import include_scoped
+from ragbot.http.limits import RATE_LIMITED
 from ragbot.observability.logging import get_request_id
 from ragbot.settings import AuthScope
 from ragbot_chat import signin
@@ -60,7 +61,8 @@ INGEST_ROUTES: tuple[tuple[str, re.Pattern[str]], ...] = (
 _FORWARD_HEADERS = ("content-type", "content-length", "accept")
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
-api_router = APIRouter(prefix="/ui/api", tags=["ui"])
+# The proxies relay ingest's and the retriever's answers, their rate limits' 429 included.
+api_router = APIRouter(prefix="/ui/api", tags=["ui"], responses=RATE_LIMITED)
 
 
 class UiProxy:
