@@ -235,6 +235,4 @@ async def write_page(
     store: SearchStore, page_id: int, revision_id: int, paragraphs: Sequence[StoredParagraph]
 ) -> None:
     """The write stage alone, for one page whose vectors the caller made (the benches' synthetic corpora)."""
-    refused = await store.replace_pages([PageWrite(page_id, revision_id, paragraphs)])
-    if refused:
-        raise next(iter(refused.values()))
+    await store.replace_page(page_id=page_id, revision_id=revision_id, paragraphs=paragraphs)
