@@ -38,8 +38,14 @@ from ragbot.chat.sessions import new_id
 from ragbot.http.limits import rate_limit
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
-from ragbot_chat.sse import CLIENT_GONE, event_stream, sse, unless_disconnected
+from ragbot_chat.service import (
+    LIMITED_RESPONSES,
+    collect_while_connected,
+    error_status,
+    run_and_store,
+    sources_json,
+)
+from ragbot_chat.sse import CLIENT_GONE, event_stream, sse
 
 router = APIRouter(prefix="/v1", tags=["chat"])
 
@@ -205,10 +211,7 @@ async def post_message(
     if stream:
         chunks = sse_stream(events, message_id=message_id, session_id=session_id, include_debug=debug)
         return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
-    try:
-        collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
-    finally:
-        slot.release()
+    collected = await collect_while_connected(events, slot=slot, disconnected=http_request.is_disconnected)
     if collected is None:
         return Response(status_code=CLIENT_GONE)
     sources, done, error = collected

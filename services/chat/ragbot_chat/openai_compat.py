@@ -30,8 +30,14 @@ from ragbot.errors import ValidationFailed
 from ragbot.http.limits import rate_limit
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
-from ragbot_chat.sse import CLIENT_GONE, event_stream, unless_disconnected
+from ragbot_chat.service import (
+    LIMITED_RESPONSES,
+    collect_while_connected,
+    error_status,
+    run_and_store,
+    sources_json,
+)
+from ragbot_chat.sse import CLIENT_GONE, event_stream
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -239,10 +245,7 @@ async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep, http_
     if body.stream:
         chunks = openai_stream(events, request=request, completion_id=completion_id, model=model)
         return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
-    try:
-        collected = await unless_disconnected(collect(events), disconnected=http_request.is_disconnected)
-    finally:
-        slot.release()
+    collected = await collect_while_connected(events, slot=slot, disconnected=http_request.is_disconnected)
     if collected is None:
         return Response(status_code=CLIENT_GONE)
     sources, done, error = collected

@@ -9,15 +9,17 @@ sent stay valid. A turn is stored before its ``done`` event goes out, so feedbac
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from ragbot.chat.admission import Slot
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent, ErrorEvent, SourcesEvent
 from ragbot.chat.schemas import Source, Turn
 from ragbot.chat.sessions import MessageRecord, now_iso
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.limits import RATE_LIMITED, RETRY_AFTER_HEADER
 from ragbot_chat.deps import Resources
+from ragbot_chat.sse import unless_disconnected
 
 logger = logging.getLogger(__name__)
 
@@ -133,3 +135,13 @@ def sources_json(sources: list[Source]) -> list[dict[str, Any]]:
 def error_status(error: ErrorEvent) -> int:
     """503 when a dependency failed, 422 when the query itself was refused."""
     return 503 if error.dependency else 422
+
+
+async def collect_while_connected(
+    events: AsyncIterator[ChatEvent], *, slot: Slot, disconnected: Callable[[], Awaitable[bool]]
+) -> tuple[SourcesEvent | None, DoneEvent | None, ErrorEvent | None] | None:
+    """A non-streamed turn run to the end on its LLM slot (then freed); None once the client has gone."""
+    try:
+        return await unless_disconnected(collect(events), disconnected=disconnected)
+    finally:
+        slot.release()
