@@ -67,14 +67,16 @@ function sendFile(file, onProgress) {
 }
 
 async function upload(file) {
-  const state = badge("uploading");
+  let state = badge("uploading");
   const progress = el("progress", { max: "100", value: "0", "aria-label": `Upload of ${file.name}` });
   const detail = el("span", { class: "detail" }, `${Math.max(1, Math.round(file.size / 1024))} KB`);
   const item = el("li", { class: "upload", dataset: { file: file.name, state: "uploading" } },
     el("span", { class: "name", dir: "auto", title: file.name }, file.name), state, progress, detail);
   uploads.prepend(item);
   const setState = (value, text) => {
-    state.replaceWith(badge(value));
+    const next = badge(value);
+    state.replaceWith(next);
+    state = next;
     item.dataset.state = value;
     if (text !== undefined) detail.textContent = text;
   };
@@ -88,6 +90,8 @@ async function upload(file) {
     item.dataset.pageId = doc.page_id;
     setState(doc.status, `“${doc.title}” as page ${doc.page_id}: waiting for the indexer`);
     const record = await pollJob(doc.job_id, (r) => {
+      // A final state is shown below, with its text, in one step (tests wait on data-state).
+      if (FINAL.has(r.state)) return;
       setState(r.state, r.state === "running" ? "embedding and indexing…" : r.state === "retrying" ? `retrying: ${r.error || ""}` : undefined);
     });
     if (record.state === "done") {
