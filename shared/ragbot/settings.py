@@ -122,6 +122,8 @@ class IngestSettings(SourceSettings):
     # Bulk reindex: largest JSONL body, most pages in one reindex (body lines or wiki listing).
     max_reindex_bytes: int = 2 * 1024 * 1024 * 1024
     max_reindex_pages: int = Field(default=1_000_000, ge=1)
+    # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
+    reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
 class WorkerSettings(BaseSettings):

@@ -28,6 +28,7 @@ class JobKind(StrEnum):
     reindex = "reindex"
     upload = "upload"
     index_pages = "index_pages"
+    reconcile = "reconcile"
 
 
 class JobRecord(BaseModel):
