@@ -12,8 +12,8 @@ import asyncio
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -24,9 +24,11 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from redis.asyncio import Redis
+from support.chat_fakes import serve_app
 from support.fake_wiki import FakeWiki
 from support.fakes import FakeTask, HashEmbedder
 
+from ragbot.cli import main as cli
 from ragbot.definition import parse_definition
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
@@ -80,6 +82,7 @@ class Stack:
     """Ingest's API client, and a worker runtime (own store client, own event loop) over real Redis."""
 
     client: TestClient
+    resources: Callable[[], AbstractAsyncContextManager[Resources]]
     ctx: service.IndexingContext
     store: SearchStore
     jobs: JobStore
@@ -208,6 +211,7 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
         with TestClient(create_app(resources=resources)) as client:
             yield Stack(
                 client=client,
+                resources=resources,
                 ctx=ctx,
                 store=store,
                 jobs=jobs,
@@ -311,3 +315,26 @@ def test_pages_to_queue_need_an_allowed_callback_url(stack: Stack) -> None:
     assert response.status_code == 422
     assert stack.client.post("/v1/reconcile", json={"listing": [1], "dry_run": True}).status_code == 200
     assert stack.queued() == []
+
+
+def test_the_cli_prints_the_plan_follows_the_job_and_exits_3_on_the_guard(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack.index(range(1, 11))
+    stack.wiki.put(wiki_page(11, 2))
+    relevant = tmp_path / "relevant.txt"  # GetRelevantPageIds.php --with-titles, default output
+    relevant.write_text("".join(f"{p}\tPage {p}\n" for p in [*range(1, 9), 11]), encoding="utf-8")
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text("[1,2]", encoding="utf-8")
+    with serve_app(create_app(resources=stack.resources)) as url:
+        base = ["reconcile", "--ingest-url", url, "--callback-url", stack.wiki.callback_url]
+        assert cli.main([*base, str(relevant), "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert "would index (missing): 1: 11" in out and "would remove: 2: 9 10" in out
+        assert stack.queued() == []
+        assert cli.main([*base, str(truncated)]) == 3
+        assert "8 of 10" in capsys.readouterr().err
+        assert cli.main([*base, str(relevant), "--no-wait"]) == 0
+        assert "will remove: 2: 9 10" in capsys.readouterr().out
+    stack.work()
+    assert stack.indexed() == {**{p: 1 for p in range(1, 9)}, 11: 2}
