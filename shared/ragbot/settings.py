@@ -248,6 +248,8 @@ class ChatSettings(LLMSettings):
     history_turns: int = Field(default=3, ge=0, le=100)
     # Answers kept for feedback and Kol-Zchut ratings.
     message_ttl_s: int = Field(default=30 * 86400, ge=60)
+    # Rated or commented answers kept for review and export (GET /v1/feedback), under their own keys.
+    feedback_ttl_s: int = Field(default=365 * 86400, ge=60)
     max_question_chars: int = Field(default=1000, ge=1, le=100000)
     default_mode: Literal["strict", "grounded", "open"] = "grounded"
     default_language: Literal["auto", "he", "en"] = "auto"
