@@ -15,7 +15,7 @@ from support.worker_stack import synthetic_pages, worker_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
-PAGES = 24
+PAGES = 12
 
 
 def test_two_workers_index_every_page_once(redis_url: str, es_url: str, tmp_path: Path) -> None:
