@@ -4,8 +4,11 @@ scripted fake."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -23,9 +26,23 @@ from ragbot.ports import ChatMessage
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 QUERY = "מי זכאי לפטור ממס הכנסה?"
+# The paths the wiki's fetch shim rewrites to its proxy (issue 15).
+PROXIED = frozenset(
+    [
+        "get_config",
+        "set_config",
+        "clean_redis_history",
+        "ping/redis",
+        "ping/llm_manager",
+        "ping/es_docker",
+        "search/stream",
+        "search",
+        "rating",
+    ]
+)
 
 
-def script(messages: list[ChatMessage]) -> str:
+def script(messages: Sequence[ChatMessage]) -> str:
     if "שאילתה עצמאית" in messages[-1].content:
         return "פטור ממס לעיוורים"
     return "לפי המקורות [1], יש פטור."
@@ -117,7 +134,7 @@ def test_rating_in_the_query_string_form_with_no_body(http: httpx.Client, server
         assert response.status_code == 200, response.text
         stored = stored_message(server, conversation_id)
         assert stored is not None and stored["rating"] == rating
-    assert stored["comment"] is None
+    assert stored is not None and stored["comment"] is None
     headers = {"Content-Type": "application/json"}
     empty = http.post("/rating", params={"thread_id": conversation_id, "score": "2"}, headers=headers)
     assert empty.status_code == 200 and empty.json()["like"] is True
@@ -196,3 +213,37 @@ def test_clean_history_needs_the_admin_scope_and_pings_the_chat_scope() -> None:
         assert client.get("/ping/es_docker", headers=chat_key).status_code == 200
         basic = ("wiki", KEYS["kzchatbot"][0])  # $wgKZChatbotLlmApiUrl = https://wiki:<key>@host/
         assert client.get("/ping/llm_manager", auth=basic).status_code == 200
+
+
+@pytest.mark.parametrize("page", ["/admin.html", "/index.html", "/batch-runner.html"])
+def test_the_pages_are_self_contained_hebrew_and_hash_their_inline_code(
+    http: httpx.Client, page: str
+) -> None:
+    response = http.get(page)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    text = response.text
+    assert '<html lang="he" dir="rtl">' in text
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text), "the page loads nothing"
+    csp = response.headers["content-security-policy"]
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    for kind in ("script", "style"):
+        bodies = re.findall(rf"<{kind}>(.*?)</{kind}>", text, re.S)
+        assert bodies
+        for body in bodies:
+            digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+            assert f"'sha256-{digest}'" in csp
+    calls = set(re.findall(r"""(?:api|fetch)\(\s*["'](/[a-z_/]+)""", text))
+    assert calls and calls <= {f"/{p}" for p in PROXIED} | {"/get_config_metadata", "/ping/"}
+
+
+def test_the_pages_need_the_admin_scope_and_send_browsers_to_sign_in() -> None:
+    with TestClient(chat_app(auth_settings())) as client:
+        anonymous = client.get("/admin.html")
+        assert anonymous.status_code == 401 and 'action="/ui/signin"' in anonymous.text
+        assert 'value="/admin.html"' in anonymous.text
+        chat_key = {"Authorization": f"Bearer {KEYS['kzchatbot'][0]}"}
+        assert client.get("/index.html", headers=chat_key).status_code == 401
+        wiki = client.get("/batch-runner.html", auth=("wiki", KEYS["admin"][0]))
+        assert wiki.status_code == 200 and "בדיקת אצווה" in wiki.text
+        signed = client.post("/ui/signin", data={"key": KEYS["admin"][0], "next": "/admin.html"})
+        assert signed.status_code == 200 and "הגדרות RAG" in signed.text
