@@ -185,6 +185,9 @@ class StaticRetriever:
     async def ping(self) -> bool:
         return self.state == "up"
 
+    async def ping_store(self) -> bool:
+        return self.state == "up"
+
     async def close(self) -> None:
         pass
 

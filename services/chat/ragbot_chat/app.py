@@ -26,7 +26,7 @@ from ragbot.messaging.redis import build_redis
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import AuthSettings, ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
-from ragbot_chat import widget
+from ragbot_chat import kolzchut_pages, widget
 from ragbot_chat.deps import Resources
 from ragbot_chat.routes import ROUTERS, route_auth
 from ragbot_chat.ui import install_ui
@@ -131,4 +131,5 @@ def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings 
     )
     widget.install(app)
     install_ui(app)
+    app.include_router(kolzchut_pages.router)
     return app

@@ -32,6 +32,9 @@ class Retriever(Protocol):
     async def ping(self) -> bool:
         """True when retrieval answers."""
 
+    async def ping_store(self) -> bool:
+        """True when the search store behind retrieval answers (Elasticsearch or the embedded one)."""
+
     async def close(self) -> None:
         """Release connections."""
 
@@ -104,6 +107,15 @@ class HttpRetriever:
             return False
         return response.status_code == 200
 
+    async def ping_store(self) -> bool:
+        """``GET /readyz`` reports its ``store`` check ready."""
+        try:
+            response = await self._client.get("/readyz")
+            checks = response.json().get("checks", {})
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+        return isinstance(checks, dict) and checks.get("store") is True
+
     async def close(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
@@ -141,6 +153,10 @@ class EngineRetriever:
 
     async def ping(self) -> bool:
         """The engine's store answers."""
+        return await self.engine.store.ping()
+
+    async def ping_store(self) -> bool:
+        """The engine's store answers (the same check: the engine is its store here)."""
         return await self.engine.store.ping()
 
     async def close(self) -> None:
