@@ -267,19 +267,23 @@ class ChatSettings(LLMSettings):
     # The document field whose text goes to the LLM (the definition's field_for_llm).
     document_text_field: str = "content"
     rewrite_followups: bool = True
-    # The quote mode (ragbot.chat.quote, no LLM): sentences quoted at most; the cosine (retriever's
-    # model, question vs sentence) the best must reach, else the turn abstains; how far below the best
-    # another may be; the share of the question's tokens a sentence needs when the retriever cannot
-    # score; the model (empty: the retriever's choice, multilingual-e5-small when loaded); paragraph
-    # characters read.
-    quote_max_sentences: int = Field(default=3, ge=1, le=20)
-    quote_min_score: float = Field(default=0.8, ge=-1.0, le=1.0)
-    quote_margin: float = Field(default=0.04, ge=0.0, le=2.0)
-    quote_lexical_min_score: float = Field(default=0.5, ge=0.0, le=1.0)
-    quote_model: str = ""
-    quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
     rewrite_max_tokens: int = Field(default=64, ge=8, le=1024)
     sse_ping_s: float = Field(default=15.0, gt=0)
+    # The quote mode (ragbot.chat.quote, no LLM): sentences quoted at most; the score the best must
+    # reach, else the turn abstains (cosine of the retriever's model, question vs sentence, plus
+    # lexical_weight x the share of the question's tokens the sentence holds, plus the cross-language
+    # bonus when the sentence is not in the question's language: e5-small's cosines across Hebrew and
+    # English run about that much lower); how far below the best another may be; the token share a
+    # sentence needs when the retriever cannot score; the model (empty: the retriever's choice,
+    # multilingual-e5-small when loaded); paragraph characters read. Figures: docs/benchmarks.md.
+    quote_max_sentences: int = Field(default=3, ge=1, le=20)
+    quote_min_score: float = Field(default=0.86, ge=-1.0, le=2.0)
+    quote_margin: float = Field(default=0.04, ge=0.0, le=2.0)
+    quote_lexical_min_score: float = Field(default=0.5, ge=0.0, le=1.0)
+    quote_lexical_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    quote_cross_language_bonus: float = Field(default=0.05, ge=0.0, le=1.0)
+    quote_model: str = ""
+    quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
     kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"

@@ -20,6 +20,7 @@ from ragbot.chat.quote import (
     choose_sentences,
     compose,
     overlap,
+    score,
     sentences_of,
     split_sentences,
 )
@@ -184,3 +185,24 @@ def test_quote_falls_back_to_token_overlap_when_the_retriever_cannot_score() -> 
     assert isinstance(done, DoneEvent) and done.answer == "Students may get a scholarship exemption. [2]"
     assert isinstance(events[0], SourcesEvent)
     assert events[0].debug["quote"]["scorer"] == "overlap" and events[0].debug["quote"]["error"]
+
+
+def test_page_furniture_and_links_cut_by_a_paragraph_split_are_left_out() -> None:
+    title = "נקודות זיכוי ממס הכנסה לנוער עובד (זכות)"
+    text = (
+        f"- This document covers topics related to: {title} – כל-זכות\n"
+        "- Source URL: https://www.kolzchut.org.il/he/some_page and more words here\n"
+        'זיכוי](/he/%D7%A0 "נקודות זיכוי") נוספות ניתנות לעובדים שהם תושבי ישראל.'
+    )
+    assert split_sentences(text, title=title) == ["זיכוי נוספות ניתנות לעובדים שהם תושבי ישראל."]
+
+
+def test_cross_language_sentences_get_the_bonus_and_tokens_add_their_share() -> None:
+    retriever = StaticRetriever([])
+    sentences = [Sentence(1, 0, "credit points for working teens"), Sentence(1, 1, "נקודות זיכוי לנוער עובד")]
+    options = QuoteOptions(lexical_weight=0.1, cross_language_bonus=0.05)
+    scored = asyncio.run(
+        score(retriever=retriever, question="credit points", sentences=sentences, options=options)
+    )
+    # the fake's cosine is the token share itself: 1.0 and 0.0
+    assert scored.scores == [1.0 + 0.1 * 1.0, 0.0 + 0.05]

@@ -35,7 +35,7 @@ from ragbot.chat.events import (
 )
 from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
-from ragbot.chat.quote import QuoteOptions, choose_sentences, compose, score, sentences_of
+from ragbot.chat.quote import QuoteOptions, Sentence, choose_sentences, compose, score, sentences_of
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
@@ -135,10 +135,14 @@ class ChatPipeline:
 
         selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
+        # quote mode scores the sentences first, so the sources event's debug says how they scored
+        chosen = (
+            await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
+        )
         yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
 
         if request.mode == "quote":
-            async for event in self._quote(request, selection, started, timings, debug):
+            for event in self._quote_events(request, selection, chosen, started, timings):
                 yield event
             return
 
@@ -221,15 +225,10 @@ class ChatPipeline:
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
 
-    async def _quote(
-        self,
-        request: ChatRequest,
-        selection: Selection,
-        started: float,
-        timings: dict[str, float],
-        debug: dict[str, Any],
-    ) -> AsyncGenerator[ChatEvent, None]:
-        """The quote mode's tokens and done event: chosen sentences with their [n], or abstention."""
+    async def _quote_choose(
+        self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
+    ) -> list[Sentence]:
+        """The quote mode's sentences (scored by the retriever's model), with how they scored in debug."""
         options = self.quote_options()
         t0 = time.perf_counter()
         scored = await score(
@@ -240,35 +239,46 @@ class ChatPipeline:
         )
         chosen = choose_sentences(scored, options)
         timings["quote_ms"] = _ms(time.perf_counter() - t0)
+        position = {id(s): i for i, s in enumerate(scored.sentences)}
         debug["quote"] = {
             "scorer": scored.scorer,
             "error": scored.error,
             "sentences": len(scored.sentences),
-            "best": max(scored.scores, default=None),
+            "best": round(max(scored.scores), 6) if scored.scores else None,
             "chosen": [
-                {"n": s.number, "position": s.position, "score": scored.scores[scored.sentences.index(s)]}
+                {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
                 for s in chosen
             ],
         }
+        return chosen
+
+    def _quote_events(
+        self,
+        request: ChatRequest,
+        selection: Selection,
+        chosen: list[Sentence],
+        started: float,
+        timings: dict[str, float],
+    ) -> list[ChatEvent]:
+        """The quote mode's tokens and done event: the chosen sentences with their [n], or abstention."""
         pieces = compose(chosen) or [self.no_documents_answer(request.language)]
-        for piece in pieces:
-            if "ttft_ms" not in timings:
-                timings["ttft_ms"] = _ms(time.perf_counter() - started)
-                self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
-                    time.perf_counter() - started
-                )
-            yield TokenEvent(piece)
+        timings["ttft_ms"] = _ms(time.perf_counter() - started)
+        self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
+            time.perf_counter() - started
+        )
+        events: list[ChatEvent] = [TokenEvent(piece) for piece in pieces]
         answer = "".join(pieces)
         timings["total_ms"] = _ms(time.perf_counter() - started)
         usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
         if not chosen:
             self.metrics.abstentions.labels(request.mode).inc()
             self._count(request, "abstained")
-            yield DoneEvent(answer, [], [], usage, timings, abstained=True)
-            return
+            events.append(DoneEvent(answer, [], [], usage, timings, abstained=True))
+            return events
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
-        yield DoneEvent(answer, cited, not_cited, usage, timings, False, "stop")
+        events.append(DoneEvent(answer, cited, not_cited, usage, timings, False, "stop"))
+        return events
 
     def quote_options(self) -> QuoteOptions:
         """The quote mode's thresholds from settings."""
@@ -279,6 +289,8 @@ class ChatPipeline:
             margin=s.quote_margin,
             model=s.quote_model or None,
             lexical_min_score=s.quote_lexical_min_score,
+            lexical_weight=s.quote_lexical_weight,
+            cross_language_bonus=s.quote_cross_language_bonus,
         )
 
     def _count(self, request: ChatRequest, outcome: str) -> None:

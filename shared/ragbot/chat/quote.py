@@ -5,8 +5,11 @@ cut into sentences (``split_sentences``: lines and list items first, then ``.`` 
 Hebrew/Arabic question marks followed by a space, the same in Hebrew and English); each sentence is
 scored against the question by the retriever's own loaded model (``POST /v1/similarity``: the query
 as a query, the sentence as a passage, cosine), so chat needs no model and a question in English still
-finds a Hebrew sentence. When the retriever cannot score, the share of the question's analyzer tokens
-(the BM25 analyzer, Hebrew prefixes included) a sentence holds stands in, and the debug says so.
+finds a Hebrew sentence. Two corrections are added to the cosine: ``lexical_weight`` times the share of
+the question's analyzer tokens (the BM25 analyzer, Hebrew prefixes included) the sentence holds, and
+``cross_language_bonus`` when the sentence is not in the question's language (e5-small's cosines
+across Hebrew and English run lower than within one language). When the retriever cannot score, the
+token share alone stands in, with its own floor, and the debug says so.
 
 ``choose_sentences`` keeps at most ``max_sentences`` whose score is at least ``min_score`` and within
 ``margin`` of the best, then ``compose`` writes them grouped by source in rank order, in document order
@@ -22,20 +25,22 @@ from dataclasses import dataclass
 
 from ragbot.chat.retriever import Retriever
 from ragbot.errors import DependencyUnavailable, ValidationFailed
-from ragbot.prompts import PromptDocument
+from ragbot.prompts import PromptDocument, detect_language
 from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
 from ragbot.text import analyze
 
 __all__ = ["QuoteOptions", "Scored", "Sentence", "choose_sentences", "compose", "score", "split_sentences"]
 
 # A markdown link or image: its text stays, the target goes.
-_LINK = re.compile(r"!?\[([^\]\n]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
+_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _RULE = re.compile(r"^\s*[-=_*|:\s]{3,}$")
 # A sentence ends at . ! ? … (or the Hebrew sof pasuq, the Arabic question mark) before a space, unless
 # the period closes a one- or two-letter Latin abbreviation ("e.g.", "Dr.") or a lone digit ("1.").
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])(?<!\b[A-Za-z]\.)(?<!\b[A-Za-z]{2}\.)(?<!\b\d\.)\s+")
+_LINK_TAIL = re.compile(r"\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
+_URL = re.compile(r"https?://|www\.", re.IGNORECASE)
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _CITATION_LIKE = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 MIN_WORDS = 4
@@ -50,6 +55,8 @@ class QuoteOptions:
     margin: float = 0.04
     model: str | None = None
     lexical_min_score: float = 0.5
+    lexical_weight: float = 0.0
+    cross_language_bonus: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +81,27 @@ class Scored:
 def clean_line(line: str) -> str:
     """A line as a reader sees it: link text without targets, no bullets, emphasis or stray ``[n]``."""
     line = _LINK.sub(r"\1", line)
+    line = _CITATION_LIKE.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
+    line = _LINK_TAIL.sub("", line).replace("[", "")  # a link the paragraph split cut in two
     line = _BULLET.sub("", line)
     line = _EMPHASIS.sub("", line)
-    line = _CITATION_LIKE.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
     return " ".join(line.split())
 
 
-def split_sentences(text: str) -> list[str]:
-    """The sentences of a paragraph in order: lines and list items, then sentence ends; headings, rules
-    and fragments under ``MIN_WORDS`` words are left out."""
+def split_sentences(text: str, *, title: str = "") -> list[str]:
+    """The sentences of a paragraph in order: lines and list items, then sentence ends; headings, rules,
+    fragments under ``MIN_WORDS`` words, and page furniture (a line holding a URL or the page's whole
+    title, such as "This document covers topics related to: <title>") are left out."""
     out: list[str] = []
-    for raw in text.splitlines():
+    title = " ".join(title.split()).casefold()
+    for raw in _LINK.sub(r"\1", text).splitlines():
         if _HEADING.match(raw) or _RULE.match(raw):
             continue
         line = clean_line(raw)
         for piece in _SENTENCE_END.split(line):
             piece = piece.strip()
+            if _URL.search(piece) or (len(title) > 3 and title in piece.casefold()):
+                continue
             if len(piece.split()) >= MIN_WORDS:
                 out.append(piece[:MAX_SIMILARITY_TEXT_CHARS])
     return out
@@ -101,7 +113,7 @@ def sentences_of(documents: Sequence[PromptDocument]) -> list[Sentence]:
     seen: set[str] = set()
     out: list[Sentence] = []
     for doc in documents:
-        for position, text in enumerate(split_sentences(doc.text)):
+        for position, text in enumerate(split_sentences(doc.text, title=doc.title)):
             key = text.casefold()
             if key in seen:
                 continue
@@ -133,7 +145,14 @@ async def score(
     except (DependencyUnavailable, ValidationFailed) as exc:
         lexical = [overlap(question, s.text) for s in sentences]
         return Scored(list(sentences), lexical, "overlap", str(exc))
-    return Scored(list(sentences), list(response.scores), f"similarity:{response.model}")
+    weight, language = options.lexical_weight, detect_language(question)
+    scores = [
+        c
+        + (weight * overlap(question, s.text) if weight else 0.0)
+        + (options.cross_language_bonus if detect_language(s.text) != language else 0.0)
+        for c, s in zip(response.scores, sentences, strict=True)
+    ]
+    return Scored(list(sentences), scores, f"similarity:{response.model}")
 
 
 def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
