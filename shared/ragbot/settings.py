@@ -247,7 +247,7 @@ class ChatSettings(LLMSettings):
     # Answers kept for feedback and Kol-Zchut ratings.
     message_ttl_s: int = Field(default=30 * 86400, ge=60)
     max_question_chars: int = Field(default=1000, ge=1, le=100000)
-    default_mode: Literal["strict", "grounded", "open"] = "grounded"
+    default_mode: Literal["strict", "grounded", "open", "quote"] = "grounded"
     default_language: Literal["auto", "he", "en"] = "auto"
     # A folder of prompt files (<language>/<name>.txt) overriding the packaged ones, file by file.
     prompts_dir: Path | None = None
@@ -269,9 +269,24 @@ class ChatSettings(LLMSettings):
     rewrite_followups: bool = True
     rewrite_max_tokens: int = Field(default=64, ge=8, le=1024)
     sse_ping_s: float = Field(default=15.0, gt=0)
+    # The quote mode (ragbot.chat.quote, no LLM): sentences quoted at most; the score the best must
+    # reach, else the turn abstains (cosine of the retriever's model, question vs sentence, plus
+    # lexical_weight x the share of the question's tokens the sentence holds, plus the cross-language
+    # bonus when the sentence is not in the question's language: e5-small's cosines across Hebrew and
+    # English run about that much lower); how far below the best another may be; the token share a
+    # sentence needs when the retriever cannot score; the model (empty: the retriever's choice,
+    # multilingual-e5-small when loaded); paragraph characters read. Figures: docs/benchmarks.md.
+    quote_max_sentences: int = Field(default=3, ge=1, le=20)
+    quote_min_score: float = Field(default=0.86, ge=-1.0, le=2.0)
+    quote_margin: float = Field(default=0.04, ge=0.0, le=2.0)
+    quote_lexical_min_score: float = Field(default=0.5, ge=0.0, le=1.0)
+    quote_lexical_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    quote_cross_language_bonus: float = Field(default=0.05, ge=0.0, le=1.0)
+    quote_model: str = ""
+    quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
-    kolzchut_mode: Literal["strict", "grounded", "open"] = "strict"
+    kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"
     available_models: list[str] = Field(default_factory=list)
     models_without_temperature: list[str] = Field(default_factory=list)
     max_num_of_pages: int = Field(default=10, ge=1, le=100)

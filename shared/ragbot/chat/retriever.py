@@ -14,17 +14,22 @@ from pydantic import ValidationError
 
 from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
 from ragbot.retrieval.engine import RetrievalEngine
+from ragbot.retrieval.similarity import similarity
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 
 RETRIEVER = "retriever"
 
 
 @runtime_checkable
 class Retriever(Protocol):
-    """Paragraphs for a query, and which dense models answer."""
+    """Paragraphs for a query, how close sentences are to it, and which dense models answer."""
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
         """``POST /v1/retrieve``."""
+
+    async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
+        """``POST /v1/similarity``."""
 
     async def model_names(self) -> list[str]:
         """The dense models retrieval uses."""
@@ -89,6 +94,16 @@ class HttpRetriever:
                 f"the retriever sent a body that is not a RetrieveResponse: {exc}", dependency=RETRIEVER
             ) from None
 
+    async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
+        """Cosines of short texts to a query, from the retriever's loaded model."""
+        response = await self._call("POST", "/v1/similarity", request.model_dump(exclude_none=True))
+        try:
+            return SimilarityResponse.model_validate(response.json())
+        except (ValueError, ValidationError) as exc:
+            raise DependencyUnavailable(
+                f"the retriever sent a body that is not a SimilarityResponse: {exc}", dependency=RETRIEVER
+            ) from None
+
     async def model_names(self) -> list[str]:
         """Names from ``GET /v1/models``."""
         response = await self._call("GET", "/v1/models")
@@ -146,6 +161,12 @@ class EngineRetriever:
             raise
         except OSError as exc:
             raise DependencyUnavailable(f"retrieval failed: {exc}", dependency=RETRIEVER) from exc
+
+    async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
+        """Score with the engine's own embedders."""
+        return await similarity(
+            embedders=self.engine.embedders, request=request, timeout_s=self.engine.defaults.embed_timeout_s
+        )
 
     async def model_names(self) -> list[str]:
         """The engine's dense models."""
