@@ -441,6 +441,48 @@ class ObservabilitySettings(BaseSettings):
     prometheus_multiproc_dir: Path | None = None
 
 
+class TracingSettings(BaseSettings):
+    """OpenTelemetry tracing, read from the standard ``OTEL_*`` variables; off unless they turn it on.
+
+    On when ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``, ``console``) or, with it unset, when
+    an OTLP endpoint is given; ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none`` keep it off.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_", env_file=".env", extra="ignore")
+    sdk_disabled: bool = False
+    traces_exporter: str = ""
+    exporter_otlp_endpoint: str = ""
+    exporter_otlp_traces_endpoint: str = ""
+    service_name: str = ""
+    # Sampled share of new traces (the parent's decision is kept): ``OTEL_TRACES_SAMPLER_ARG``.
+    traces_sampler_arg: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    @property
+    def exporter(self) -> Literal["otlp", "console"] | None:
+        """The span exporter to build, or None when tracing is off."""
+        if self.sdk_disabled:
+            return None
+        names = {n.strip().lower() for n in self.traces_exporter.split(",") if n.strip()}
+        if not names:
+            return "otlp" if self.exporter_otlp_endpoint or self.exporter_otlp_traces_endpoint else None
+        if "otlp" in names:
+            return "otlp"
+        return "console" if "console" in names else None
+
+    @property
+    def enabled(self) -> bool:
+        """True when spans are recorded and exported."""
+        return self.exporter is not None
+
+    @property
+    def traces_endpoint(self) -> str:
+        """Where OTLP/HTTP spans go: the traces endpoint as given, or the base endpoint + ``/v1/traces``."""
+        if self.exporter_otlp_traces_endpoint:
+            return self.exporter_otlp_traces_endpoint
+        base = self.exporter_otlp_endpoint or "http://localhost:4318"
+        return f"{base.rstrip('/')}/v1/traces"
+
+
 @lru_cache
 def get_redis_settings() -> RedisSettings:
     """Redis settings, read once per process."""
@@ -525,6 +567,12 @@ def get_observability_settings() -> ObservabilitySettings:
     return ObservabilitySettings()
 
 
+@lru_cache
+def get_tracing_settings() -> TracingSettings:
+    """Tracing settings (``OTEL_*``), read once per process."""
+    return TracingSettings()
+
+
 def clear_settings_caches() -> None:
     """Forget every cached settings object (tests change the environment between cases)."""
     for factory in (
@@ -540,6 +588,7 @@ def clear_settings_caches() -> None:
         get_chat_settings,
         get_rate_limit_settings,
         get_observability_settings,
+        get_tracing_settings,
         get_auth_settings,
         get_client_settings,
     ):

@@ -23,6 +23,7 @@ from ragbot.chat.sessions import ChatStore
 from ragbot.http.app import create_service_app
 from ragbot.llms import build_llm
 from ragbot.messaging.redis import build_redis
+from ragbot.observability.tracing import traced_llm
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import AuthSettings, ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
@@ -88,7 +89,7 @@ async def build_resources(
     *, settings: ChatSettings, redis_settings: RedisSettings
 ) -> AsyncIterator[Resources]:
     """The composition root: LLM (loaded in a thread), retriever client, Redis."""
-    llm = build_llm(settings=settings)
+    llm = traced_llm(build_llm(settings=settings))  # GenAI spans when tracing is on
     await asyncio.to_thread(llm.warm_up)
     key = settings.service_key.get_secret_value() if settings.service_key else None
     retriever = HttpRetriever(

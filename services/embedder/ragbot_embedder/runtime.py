@@ -26,6 +26,7 @@ from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.redis import build_redis
 from ragbot.observability.metrics import worker_metrics
+from ragbot.observability.tracing import traced_llm
 from ragbot.ports import Embedder
 from ragbot.settings import (
     ContextualSettings,
@@ -84,7 +85,7 @@ def build_contextualizer(
     """Contextual retrieval with the LLM settings and a Redis cache (the LLM is warmed here)."""
     from ragbot.llms import build_llm
 
-    llm = build_llm(settings=llm_settings)
+    llm = traced_llm(build_llm(settings=llm_settings))
     llm.warm_up()
     return Contextualizer(
         llm=llm,

@@ -1,8 +1,9 @@
 """How chat reaches retrieval: the retriever service over HTTP, or an engine in the same process.
 
-Both satisfy ``Retriever``. The HTTP client bounds every call; a retriever that is down, slow or
-answering 5xx becomes ``DependencyUnavailable("retriever")``, a 422 becomes ``ValidationFailed`` with
-the retriever's message.
+Both satisfy ``Retriever``. The HTTP client sends the request id of the work in progress as
+``X-Request-ID`` (so one grep follows a question into the retriever) and bounds every call; a
+retriever that is down, slow or answering 5xx becomes ``DependencyUnavailable("retriever")``, a 422
+becomes ``ValidationFailed`` with the retriever's message.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import httpx
 from pydantic import ValidationError
 
 from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
+from ragbot.observability.logging import REQUEST_ID_HEADER, get_request_id
 from ragbot.retrieval.engine import RetrievalEngine
 from ragbot.retrieval.similarity import similarity
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
@@ -64,8 +66,11 @@ class HttpRetriever:
         )
 
     async def _call(self, method: str, path: str, json: dict[str, Any] | None = None) -> httpx.Response:
+        rid = get_request_id()
         try:
-            response = await self._client.request(method, path, json=json)
+            response = await self._client.request(
+                method, path, json=json, headers={REQUEST_ID_HEADER: rid} if rid else None
+            )
         except httpx.TimeoutException:
             raise DependencyUnavailable(
                 f"the retriever at {self.base_url} did not answer in time", dependency=RETRIEVER
