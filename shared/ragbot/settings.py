@@ -191,6 +191,8 @@ class RetrieverSettings(BaseSettings):
     # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
     store_timeout_s: float = Field(default=10.0, gt=0)
     embed_timeout_s: float = Field(default=30.0, gt=0)
+    # How often the live index generation is looked up (a re-embed's switch is followed this fast).
+    generation_poll_s: float = Field(default=2.0, gt=0)
 
 
 class LLMSettings(BaseSettings):

@@ -25,7 +25,7 @@ from ragbot.indexing.contextual import Contextualizer, RedisContextCache
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.redis import build_redis
-from ragbot.messaging.reembed import ReembedStates, generation_of, split_options
+from ragbot.messaging.reembed import ReembedStates, generation_of, split_options, worker_max_tokens
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import Embedder
 from ragbot.settings import (
@@ -147,9 +147,8 @@ def build_runtime(
         if contextual.contextual_retrieval
         else None
     )
-    max_tokens = worker_settings.paragraph_tokens
-    if contextualizer is not None:  # room for the context in the model's input
-        max_tokens = max(16, max_tokens - contextual.contextual_max_tokens)
+    # Room for the context in the model's input when contextual retrieval is on.
+    max_tokens = worker_max_tokens(worker=worker_settings, contextual=contextual)
     ctx = IndexingContext(
         definition=definition,
         embedders=embedders,

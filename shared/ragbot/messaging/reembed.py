@@ -31,6 +31,7 @@ from ragbot.ports import Generation, Generations, SearchStore
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import INDEX_PAGES_TASK, IndexPages, PageRef
 from ragbot.schemas.pages import PageState
+from ragbot.settings import ContextualSettings, WorkerSettings
 from ragbot.stores import MAX_K
 from ragbot.stores.generations import generation_id
 
@@ -88,6 +89,13 @@ class ReembedStates:
 def split_options(*, max_tokens: int, link_targets: str) -> dict[str, Any]:
     """The paragraph options that are part of a generation's fingerprint."""
     return {"max_tokens": int(max_tokens), "link_targets": str(link_targets)}
+
+
+def worker_max_tokens(*, worker: WorkerSettings, contextual: ContextualSettings) -> int:
+    """The paragraph token budget the worker splits with (room left for a contextual text)."""
+    if contextual.contextual_retrieval:
+        return max(16, worker.paragraph_tokens - contextual.contextual_max_tokens)
+    return worker.paragraph_tokens
 
 
 def generation_of(
