@@ -11,7 +11,9 @@ of fields)::
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,3 +146,30 @@ def load_definition(path: Path) -> DocumentDefinition:
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"{path}: not valid JSON ({exc})") from None
     return parse_definition(raw, origin=str(path))
+
+
+def definition_to_json(definition: DocumentDefinition) -> dict[str, Any]:
+    """The definition as its file would hold it (models always as lists), for storing with an index."""
+    return {
+        "identifier_field": definition.identifier_field,
+        "saved_fields": dict(definition.saved_fields),
+        "field_for_llm": definition.field_for_llm,
+        "models": {model: list(fields) for model, fields in definition.models.items()},
+    }
+
+
+def fingerprint(
+    definition: DocumentDefinition, *, dimensions: Mapping[str, int], split: Mapping[str, Any]
+) -> str:
+    """sha256 of what decides an index's content: models, fields, dimensions, paragraph options.
+
+    Canonical JSON (sorted keys, no spaces), so the same inputs give the same fingerprint in every
+    process; any change to one of them gives another (and so a new index generation).
+    """
+    canonical = {
+        "definition": definition_to_json(definition),
+        "dimensions": {name: int(dims) for name, dims in dimensions.items()},
+        "split": dict(split),
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

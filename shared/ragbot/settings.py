@@ -146,6 +146,9 @@ class WorkerSettings(BaseSettings):
     # above the longest task. The worker looks for such messages every restore interval.
     visibility_timeout_s: int = Field(default=3600, ge=5)
     unacked_restore_interval_s: int = Field(default=10, ge=1)
+    # After a re-embed switches, the old generation is deleted this much later: long enough for every
+    # retriever to notice the switch (RAGBOT_RETRIEVER_GENERATION_POLL_S) and finish its queries.
+    reembed_drop_after_s: float = Field(default=60.0, ge=0.0)
 
 
 class ContextualSettings(BaseSettings):
@@ -188,6 +191,8 @@ class RetrieverSettings(BaseSettings):
     # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
     store_timeout_s: float = Field(default=10.0, gt=0)
     embed_timeout_s: float = Field(default=30.0, gt=0)
+    # How often the live index generation is looked up (a re-embed's switch is followed this fast).
+    generation_poll_s: float = Field(default=2.0, gt=0)
 
 
 class LLMSettings(BaseSettings):
