@@ -188,6 +188,9 @@ class RetrieverSettings(BaseSettings):
     # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
     store_timeout_s: float = Field(default=10.0, gt=0)
     embed_timeout_s: float = Field(default=30.0, gt=0)
+    # Fuse only the dense fields whose model serves the question's script (the definition file's
+    # "languages"); a request that names its models is searched as asked. False: every field, always.
+    language_routing: bool = True
 
 
 class LLMSettings(BaseSettings):
