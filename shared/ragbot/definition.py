@@ -206,7 +206,7 @@ def _language_list(value: Any, *, origin: str) -> tuple[str, ...]:
         or not value
         or not all(isinstance(v, str) and v.strip() for v in value)
     ):
-        raise ConfigurationError(f"{origin} must be a non-empty list of language codes (or [\"*\"])")
+        raise ConfigurationError(f'{origin} must be a non-empty list of language codes (or ["*"])')
     return tuple(dict.fromkeys(v.strip().lower() for v in value))
 
 
