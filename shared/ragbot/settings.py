@@ -193,6 +193,9 @@ class RetrieverSettings(BaseSettings):
     embed_timeout_s: float = Field(default=30.0, gt=0)
     # How often the live index generation is looked up (a re-embed's switch is followed this fast).
     generation_poll_s: float = Field(default=2.0, gt=0)
+    # Fuse only the dense fields whose model serves the question's script (the definition file's
+    # "languages"); a request that names its models is searched as asked. False: every field, always.
+    language_routing: bool = True
 
 
 class LLMSettings(BaseSettings):
