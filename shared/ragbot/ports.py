@@ -89,6 +89,9 @@ class SearchStore(Protocol):
         ``paragraphs_per_model`` stays empty here (``page_state`` has it, per page).
         """
 
+    async def page_revisions(self) -> dict[int, int]:
+        """Every indexed page id with its newest revision, read in one pass (what reconcile compares)."""
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """Every paragraph of a page in paragraph order (score 0)."""
 

@@ -122,6 +122,8 @@ class IngestSettings(SourceSettings):
     # Bulk reindex: largest JSONL body, most pages in one reindex (body lines or wiki listing).
     max_reindex_bytes: int = 2 * 1024 * 1024 * 1024
     max_reindex_pages: int = Field(default=1_000_000, ge=1)
+    # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
+    reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
 class WorkerSettings(BaseSettings):
@@ -254,6 +256,8 @@ class ChatSettings(LLMSettings):
     history_turns: int = Field(default=3, ge=0, le=100)
     # Answers kept for feedback and Kol-Zchut ratings.
     message_ttl_s: int = Field(default=30 * 86400, ge=60)
+    # Rated or commented answers kept for review and export (GET /v1/feedback), under their own keys.
+    feedback_ttl_s: int = Field(default=365 * 86400, ge=60)
     max_question_chars: int = Field(default=1000, ge=1, le=100000)
     default_mode: Literal["strict", "grounded", "open", "quote"] = "grounded"
     default_language: Literal["auto", "he", "en"] = "auto"

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from ragbot.chat.admission import AdmissionGate
+from ragbot.chat.feedback import FeedbackLog
 from ragbot.chat.kolzchut import ConfigStore, default_config
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
@@ -77,6 +78,7 @@ def assemble(
         llm=llm,
         retriever=retriever,
         store=store,
+        feedback=FeedbackLog(client=redis_client, prefix=key_prefix, ttl_s=settings.feedback_ttl_s),
         configs=configs,
         prompts=prompts,
         pipeline=pipeline,

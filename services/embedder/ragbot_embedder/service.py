@@ -367,7 +367,8 @@ async def delete_page(*, ctx: IndexingContext, command: DeletePage, final: bool 
     removed = await _remove(
         ctx=ctx, store=store, page_id=command.page_id, reason="deleted", job_id=command.job_id
     )
-    return Outcome(JobState.done, f"removed {removed} paragraphs")
+    progress = {"total": 1, "done": 1, "failed": 0} if command.parent_job_id else None
+    return Outcome(JobState.done, f"removed {removed} paragraphs", progress=progress)
 
 
 async def drop_generation(*, ctx: IndexingContext, command: DropGeneration, final: bool = True) -> Outcome:

@@ -2,7 +2,8 @@
 
 Subcommands: ``index`` (folders of documents, re-embedding what changed), ``reindex`` (bulk
 reindex through the ingest service, with a progress bar), ``reembed`` (a new index generation
-for a changed definition, built in the background and switched atomically), ``eval`` (retrieval
+for a changed definition, built in the background and switched atomically), ``reconcile`` (the
+index made to hold exactly the wiki's relevant pages, through the ingest service), ``eval`` (retrieval
 quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
 pairs from a BEIR split), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
 API key and its hash). Errors ragbot raises on
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ragbot.cli import chat as cli_chat
     from ragbot.cli import eval as cli_eval
     from ragbot.cli import index as cli_index
+    from ragbot.cli import reconcile as cli_reconcile
     from ragbot.cli import reembed as cli_reembed
     from ragbot.cli import reindex as cli_reindex
 
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_index.register(subparsers)
     cli_reindex.register(subparsers)
     cli_reembed.register(subparsers)
+    cli_reconcile.register(subparsers)
     cli_chat.register(subparsers)
     cli_auth.register(subparsers)
     return parser

@@ -122,7 +122,8 @@ def combine_batches(parent: JobRecord, children: list[JobRecord | None]) -> JobR
             finished += 1
             continue
         done += child.progress.get("done", 0)
-        failed += child.progress.get("failed", 0) if child.state in FINAL_STATES else 0
+        if child.state in FINAL_STATES:
+            failed += child.progress.get("failed", _pages_of(child) if child.state is JobState.failed else 0)
         started = started or child.state is not JobState.queued
         if child.state in FINAL_STATES:
             finished += 1
@@ -172,6 +173,14 @@ def combine_reembed(parent: JobRecord, children: list[JobRecord | None]) -> JobR
             "progress": {**combined.progress, "built": 1},
         }
     )
+
+
+def _pages_of(child: JobRecord) -> int:
+    """How many pages a batch that failed before reporting progress carried (a delete: one)."""
+    refs, pages = child.payload.get("refs"), child.payload.get("pages")
+    if isinstance(refs, list) or isinstance(pages, list):
+        return len(refs or []) + len(pages or [])
+    return 1
 
 
 async def refresh_parent(*, jobs: JobStore, parent_job_id: str) -> JobRecord:

@@ -30,6 +30,7 @@ class JobKind(StrEnum):
     index_pages = "index_pages"
     reembed = "reembed"
     drop_generation = "drop_generation"
+    reconcile = "reconcile"
 
 
 class JobRecord(BaseModel):

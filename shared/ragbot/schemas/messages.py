@@ -69,11 +69,12 @@ class DropGeneration(BaseModel):
 
 
 class DeletePage(BaseModel):
-    """Remove a page from every shard."""
+    """Remove a page from every shard; ``parent_job_id`` names the reconcile it is part of."""
 
     v: Literal[1] = 1
     job_id: str
     page_id: int
+    parent_job_id: str | None = None
     request_id: str | None = None
 
 

@@ -213,6 +213,11 @@ class ElasticsearchStore:
         async with self._errors("listing pages"):
             return await pages.list_pages(self._client, pattern=self._pattern, limit=limit, offset=offset)
 
+    async def page_revisions(self) -> dict[int, int]:
+        """Every indexed page id with its newest revision (the composite aggregation walked to its end)."""
+        async with self._errors("listing page revisions"):
+            return await pages.page_revisions(self._client, pattern=self._pattern)
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """The newest revision's paragraphs in paragraph order (score 0)."""
         async with self._errors(f"reading page {page_id}"):
