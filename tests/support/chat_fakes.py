@@ -22,9 +22,9 @@ from typing import Any, Self
 
 import uvicorn
 
-from ragbot.errors import DependencyUnavailable, LLMError
+from ragbot.errors import DependencyUnavailable, LLMError, NotFound
 from ragbot.ports import ChatMessage, TokenStream, Usage
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 
 # -- LLM ---------------------------------------------------------------------------------------------
 
@@ -178,6 +178,14 @@ class StaticRetriever:
         return RetrieveResponse(
             documents=docs, debug=dense_debug(docs, [c for _, c in pairs]), timings_ms={"total": 1.0}
         )
+
+    async def page(self, page_id: int) -> PageDocuments:
+        if self.state == "down":
+            raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
+        docs = [d for d in self.documents if d["page_id"] == page_id]
+        if not docs:
+            raise NotFound(f"page {page_id} is not indexed")
+        return PageDocuments.model_validate({"page_id": page_id, "documents": docs})
 
     async def model_names(self) -> list[str]:
         return ["m"]
