@@ -24,6 +24,7 @@ from fastapi.routing import APIRoute
 
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.auth import RouteRule, include_scoped, install_auth, require
+from ragbot.http.docs import install_docs
 from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.http.responses import document_error_responses
@@ -89,6 +90,8 @@ def create_service_app(
         version=package_version(service),
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        docs_url=None,  # served by install_docs from vendored assets, not a CDN
+        redoc_url=None,
     )
 
     def bound(check: Callable[[R], Awaitable[bool]]) -> ReadinessCheck:
@@ -110,6 +113,7 @@ def create_service_app(
     for router in routers:
         include_scoped(app, router, route_auth)
     document_error_responses(app)
+    install_docs(app)
     return app
 
 
