@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
 export REDIS_PORT ES_PORT
 
-.PHONY: help setup deps run test test-unit lint format bench up up-cluster down services-up services-down \
+.PHONY: help setup deps run test test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
 
 help: ## list the targets
@@ -50,6 +50,9 @@ lint: ## ruff check, ruff format --check, mypy --strict, the import layers (impo
 format: ## apply ruff's fixes and formatting
 	$(UV) run ruff check --fix
 	$(UV) run ruff format
+
+openapi: ## write the three services' OpenAPI documents to docs/openapi/ (tests/unit/test_openapi.py checks them)
+	$(UV) run python scripts/openapi.py
 
 bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figures in bench/results/*.json
 	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$"; \

@@ -461,7 +461,8 @@ async def get_models_version(res: ResourcesDep) -> list[str]:
     return await kolzchut_models_version(res=res)
 
 
-@router.api_route("/get_config_metadata", methods=["GET", "POST"])
+@router.get("/get_config_metadata", operation_id="get_config_metadata")
+@router.post("/get_config_metadata", operation_id="post_config_metadata")  # KZChatbot POSTs it too
 async def get_config_metadata(res: ResourcesDep) -> dict[str, Any]:
     """What the admin page may choose: models, temperature and page-count options, field types."""
     return res.configs.metadata()

@@ -13,11 +13,11 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 from pydantic import ValidationError
 
-from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
+from ragbot.errors import DependencyUnavailable, NotFound, RagbotError, ValidationFailed
 from ragbot.observability.logging import REQUEST_ID_HEADER, get_request_id
 from ragbot.retrieval.engine import RetrievalEngine
 from ragbot.retrieval.similarity import similarity
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 
 RETRIEVER = "retriever"
@@ -32,6 +32,9 @@ class Retriever(Protocol):
 
     async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
         """``POST /v1/similarity``."""
+
+    async def page(self, page_id: int) -> PageDocuments:
+        """``GET /v1/pages/{page_id}``: the page's paragraphs in order; ``NotFound`` when not indexed."""
 
     async def model_names(self) -> list[str]:
         """The dense models retrieval uses."""
@@ -80,6 +83,8 @@ class HttpRetriever:
                 f"the retriever at {self.base_url} is unreachable: {exc or type(exc).__name__}",
                 dependency=RETRIEVER,
             ) from None
+        if response.status_code == 404 and method == "GET":
+            raise NotFound(f"the retriever has no {path}: {_detail(response)}")
         if response.status_code == 422:
             raise ValidationFailed(f"the retriever refused the query: {_detail(response)}", field="question")
         if response.status_code >= 400:
@@ -107,6 +112,16 @@ class HttpRetriever:
         except (ValueError, ValidationError) as exc:
             raise DependencyUnavailable(
                 f"the retriever sent a body that is not a SimilarityResponse: {exc}", dependency=RETRIEVER
+            ) from None
+
+    async def page(self, page_id: int) -> PageDocuments:
+        """``GET /v1/pages/{page_id}``."""
+        response = await self._call("GET", f"/v1/pages/{page_id}")
+        try:
+            return PageDocuments.model_validate(response.json())
+        except (ValueError, ValidationError) as exc:
+            raise DependencyUnavailable(
+                f"the retriever sent a body that is not a PageDocuments: {exc}", dependency=RETRIEVER
             ) from None
 
     async def model_names(self) -> list[str]:
@@ -172,6 +187,20 @@ class EngineRetriever:
         return await similarity(
             embedders=self.engine.embedders, request=request, timeout_s=self.engine.defaults.embed_timeout_s
         )
+
+    async def page(self, page_id: int) -> PageDocuments:
+        """The page's paragraphs from the engine's store."""
+        try:
+            documents = await self.engine.page_documents(page_id)
+        except RagbotError:
+            raise
+        except OSError as exc:
+            raise DependencyUnavailable(
+                f"reading page {page_id} failed: {exc}", dependency=RETRIEVER
+            ) from exc
+        if not documents:
+            raise NotFound(f"page {page_id} is not indexed")
+        return PageDocuments.model_validate({"page_id": page_id, "documents": documents})
 
     async def model_names(self) -> list[str]:
         """The engine's dense models."""

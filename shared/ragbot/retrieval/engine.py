@@ -179,6 +179,14 @@ class RetrievalEngine:
             "score": hit.score,
         }
 
+    async def page_documents(self, page_id: int) -> list[dict[str, Any]]:
+        """Every paragraph of one page shaped as ``document`` does (score 0), to read it whole."""
+        hits = await self.store.page_paragraphs(page_id=page_id)
+        return [
+            {**strip_vector_fields(h.source), "_id": h.doc_id, "page_id": h.page_id, "score": h.score}
+            for h in hits
+        ]
+
     def debug(self, result: RetrievalResult) -> dict[str, Any]:
         """The debug view: every branch's candidates with raw scores, the fused list, rerank scores."""
         branches: dict[str, Any] = {}
