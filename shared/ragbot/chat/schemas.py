@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Mode = Literal["strict", "grounded", "open"]
+Mode = Literal["strict", "grounded", "open", "quote"]
 LanguageChoice = Literal["auto", "he", "en"]
 Rating = Literal["up", "down"]
 

@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.errors import NotFound, SourceError, SourceRefused, ValidationFailed
 from ragbot.messaging.jobs import JobStore
-from ragbot.schemas.jobs import JobRecord, JobState
+from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page
 from ragbot.schemas.strict_json import JSONRefused, loads_strict
@@ -53,6 +53,7 @@ __all__ = [
     "batch_job_id",
     "batches",
     "combine_batches",
+    "combine_reembed",
     "page_from_line",
     "refresh_parent",
 ]
@@ -156,6 +157,24 @@ def combine_batches(parent: JobRecord, children: list[JobRecord | None]) -> JobR
     )
 
 
+def combine_reembed(parent: JobRecord, children: list[JobRecord | None]) -> JobRecord:
+    """A re-embed's record: its batches' sum, but ``done`` only once the switch happened.
+
+    Every batch done and no switch yet is ``running`` with ``progress.built = 1`` (the sign
+    ``messaging.reembed.finish_reembed`` waits for).
+    """
+    combined = combine_batches(parent, children)
+    if combined.state is not JobState.done or "switched_at" in parent.payload:
+        return combined
+    return combined.model_copy(
+        update={
+            "state": JobState.running,
+            "detail": f"every page built in generation {parent.payload.get('target')}; switching",
+            "progress": {**combined.progress, "built": 1},
+        }
+    )
+
+
 def _pages_of(child: JobRecord) -> int:
     """How many pages a batch that failed before reporting progress carried (a delete: one)."""
     refs, pages = child.payload.get("refs"), child.payload.get("pages")
@@ -165,13 +184,14 @@ def _pages_of(child: JobRecord) -> int:
 
 
 async def refresh_parent(*, jobs: JobStore, parent_job_id: str) -> JobRecord:
-    """Rewrite a reindex job's progress and state from its batches (atomic, idempotent)."""
+    """Rewrite a reindex (or re-embed) job's progress and state from its batches (atomic, idempotent)."""
     parent = await jobs.get(job_id=parent_job_id)
     if parent is None:
         raise NotFound(f"reindex job {parent_job_id} not found")
     count = int(parent.payload.get("batches", 0))
     children = [batch_job_id(parent_job_id, n) for n in range(count)]
-    return await jobs.aggregate(job_id=parent_job_id, children=children, combine=combine_batches)
+    combine = combine_reembed if parent.kind is JobKind.reembed else combine_batches
+    return await jobs.aggregate(job_id=parent_job_id, children=children, combine=combine)
 
 
 @dataclass(slots=True)
