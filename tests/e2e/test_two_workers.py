@@ -4,6 +4,8 @@ Real processes (ingest and two ``python -m ragbot_embedder`` workers) on the rea
 Elasticsearch, with their own key, queue and index prefix. After all jobs end, the store must hold
 every page, each with the paragraph count ingest reports and no paragraph twice, and the workers' logs
 and metrics must show each job finished by exactly one worker, with both workers having taken a share.
+Then a new revision of some pages is pinged twice at once, so both workers may index the same page
+together: the store must end with exactly the new revision of each, once.
 """
 
 from __future__ import annotations
@@ -48,3 +50,25 @@ def test_two_workers_index_every_page_once(redis_url: str, es_url: str, tmp_path
         after = stack.audit()
         assert (after.documents, after.distinct_ids) == (audit.documents, audit.documents)
         assert after.duplicates == 0
+
+
+def test_two_workers_racing_on_one_page_leave_it_stored_once(
+    redis_url: str, es_url: str, tmp_path: Path
+) -> None:
+    pages = synthetic_pages(4)
+    ids = [int(p["page_id"]) for p in pages]
+    with worker_stack(redis_url=redis_url, es_url=es_url, workers=2, pages=pages, tmp=tmp_path) as stack:
+        stack.ping_all(ids)
+        assert {r["state"] for r in stack.wait_all(timeout_s=300).values()} == {"done"}
+        for page in pages:
+            stack.wiki.put({**page, "revision_id": 2, "content": f"{page['content']}\nשורה חדשה בגרסה 2."})
+        stack.jobs.clear()
+        stack.ping_all([page_id for page_id in ids for _ in range(2)])  # each twice, back to back
+        records = stack.wait_all(timeout_s=300)
+        assert {r["state"] for r in records.values()} <= {"done", "skipped"}, records
+        audit = stack.audit()
+        assert audit.revisions == {page_id: [2] for page_id in ids}, audit.revisions
+        assert audit.documents == audit.distinct_ids and audit.duplicate_paragraphs == 0
+        assert audit.wrong_counts == {}
+        for page_id in ids:
+            assert stack.ingest.get(f"/v1/pages/{page_id}").json()["revision_id"] == 2
