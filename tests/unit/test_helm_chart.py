@@ -7,6 +7,7 @@ runs first); a missing helm fails with that instruction, never a skip.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -212,3 +213,15 @@ def test_store_init_hook_and_a_definition_from_values(default: list[dict[str, An
         assert env_of(deployment)["RAGBOT_DOCUMENT_DEFINITION"]["value"] == "/etc/ragbot/definition.json"
         mounts = {m["name"]: m["mountPath"] for m in container(deployment)["volumeMounts"]}
         assert mounts["definition"] == "/etc/ragbot"
+
+
+def test_pods_run_as_the_images_numeric_user(default: list[dict[str, Any]]) -> None:
+    # runAsNonRoot cannot check a named USER: the pods must give the Dockerfile's uid as a number.
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    [uid] = re.findall(r"useradd .*--uid (\d+) .* ragbot$", dockerfile, re.MULTILINE)
+    pods = [d for d in default if d["kind"] in ("Deployment", "Job")]
+    assert len(pods) == 5
+    for pod in pods:
+        spec = pod["spec"]["template"]["spec"]
+        assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": int(uid)}
+        assert container(pod)["securityContext"]["allowPrivilegeEscalation"] is False
