@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic_settings import BaseSettings
+
+from ragbot import settings as ragbot_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "ragbot"
@@ -225,3 +228,15 @@ def test_pods_run_as_the_images_numeric_user(default: list[dict[str, Any]]) -> N
         spec = pod["spec"]["template"]["spec"]
         assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": int(uid)}
         assert container(pod)["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_every_ragbot_variable_the_chart_sets_is_a_setting(keda_gpu: list[dict[str, Any]]) -> None:
+    known: set[str] = set()
+    for value in vars(ragbot_settings).values():
+        if isinstance(value, type) and issubclass(value, BaseSettings) and value is not BaseSettings:
+            prefix = str(value.model_config.get("env_prefix", ""))
+            known |= {(prefix + name).upper() for name in value.model_fields}
+    custom = render(*KEDA_GPU, "--set", "secrets.llmApiKey.existingSecret=llm")
+    for pod in [d for d in [*keda_gpu, *custom] if d["kind"] in ("Deployment", "Job")]:
+        unknown = {n for n in env_of(pod) if n.startswith("RAGBOT_") and n not in known}
+        assert not unknown, f"{pod['metadata']['name']} sets variables no settings class reads: {unknown}"
