@@ -38,7 +38,6 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "security": [py, "bench/security.py"],
         "operations": [py, "bench/operations.py"],
         "hebrew": [py, "bench/hebrew.py"],  # parts whose data is missing fail and say so
-        "operations_reconcile": [py, "bench/operations_reconcile.py"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"
