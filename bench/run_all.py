@@ -36,6 +36,9 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "indexing": [py, "bench/indexing.py"],
         "chat": [py, "bench/chat.py"],
         "security": [py, "bench/security.py"],
+        "operations": [py, "bench/operations.py"],
+        "hebrew": [py, "bench/hebrew.py"],  # parts whose data is missing fail and say so
+        "operations_reconcile": [py, "bench/operations_reconcile.py"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"

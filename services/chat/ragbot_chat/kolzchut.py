@@ -61,7 +61,14 @@ from ragbot.http.responses import ErrorBody
 from ragbot.prompts import detect_language
 from ragbot.schemas.limits import MAX_PAGE_ID
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
+from ragbot_chat.service import (
+    LIMITED_RESPONSES,
+    collect,
+    error_status,
+    record_feedback,
+    run_and_store,
+    sources_json,
+)
 from ragbot_chat.sse import CLIENT_GONE, event_stream, sse, unless_disconnected
 
 logger = logging.getLogger(__name__)
@@ -287,8 +294,9 @@ async def kolzchut_search_stream(
 async def kolzchut_rate(*, res: Resources, body: RatingRequest) -> dict[str, Any]:
     """Record a like/dislike on a conversation (404 for unknown ids: the extension shows the status)."""
     rating: Rating | None = None if body.like is None else ("up" if body.like else "down")
-    await res.store.set_feedback(body.conversation_id, rating=rating, comment=body.free_text)
-    res.pipeline.metrics.feedback.labels("kolzchut", rating or "none").inc()
+    await record_feedback(
+        res=res, message_id=body.conversation_id, rating=rating, comment=body.free_text, channel="kolzchut"
+    )
     return {"conversation_id": body.conversation_id, "like": body.like, "free_text": body.free_text}
 
 
@@ -453,7 +461,8 @@ async def get_models_version(res: ResourcesDep) -> list[str]:
     return await kolzchut_models_version(res=res)
 
 
-@router.api_route("/get_config_metadata", methods=["GET", "POST"])
+@router.get("/get_config_metadata", operation_id="get_config_metadata")
+@router.post("/get_config_metadata", operation_id="post_config_metadata")  # KZChatbot POSTs it too
 async def get_config_metadata(res: ResourcesDep) -> dict[str, Any]:
     """What the admin page may choose: models, temperature and page-count options, field types."""
     return res.configs.metadata()

@@ -305,14 +305,18 @@ def default_config(
     temperature: float,
     mode_name: str,
 ) -> KolZchutConfig:
-    """The config before anyone sets one: Hebrew prompt files, the configured model and defaults."""
+    """The config before anyone sets one: Hebrew prompt files, the configured model and defaults.
+
+    The ``quote`` mode calls no LLM, so its config carries the strict mode's instructions (what an
+    LLM mode chosen later would read)."""
+    instructions = prompts.get("strict" if mode_name == "quote" else mode_name, "he")
     return KolZchutConfig(
         version=0,
         model=model,
         num_of_pages=num_of_pages,
         add_current_page_to_search=False,
         temperature=temperature,
-        system_prompt=render(prompts.get("system", "he"), mode_instructions=prompts.get(mode_name, "he")),
+        system_prompt=render(prompts.get("system", "he"), mode_instructions=instructions),
         user_prompt=prompts.get("user", "he"),
         banned_fields=[],
         rephrase_prompt=prompts.get("rephrase", "he"),

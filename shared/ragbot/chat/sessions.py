@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, ValidationError
 
-from ragbot.chat.schemas import LanguageChoice, Mode, Rating, SessionInfo, SessionView, Turn
+from ragbot.chat.schemas import CitedSource, LanguageChoice, Mode, Rating, SessionInfo, SessionView, Turn
 from ragbot.errors import NotFound
 from ragbot.messaging.redis import REDIS_ERRORS, redis_call
 
@@ -49,6 +49,7 @@ class MessageRecord(BaseModel):
     mode: Mode
     abstained: bool = False
     cited_page_ids: list[int] = Field(default_factory=list)
+    cited_sources: list[CitedSource] = Field(default_factory=list)
     created_at: str
     rating: Rating | None = None
     comment: str | None = None
