@@ -178,7 +178,12 @@ def assert_clean(driver: webdriver.Chrome) -> None:
     assert problems == [] and severe == [], (problems, severe)
 
 
-def shoot(driver: webdriver.Chrome, name: str) -> None:
+def shoot(driver: webdriver.Chrome, name: str, *, top: str | None = None) -> None:
+    """Save the screen (scrolled to the element ``top``, else to the page's top)."""
+    if top is None:
+        driver.execute_script("window.scrollTo(0, 0)")
+    else:
+        driver.execute_script("document.getElementById(arguments[0]).scrollIntoView()", top)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SCREENSHOTS / name))
     target = DOC_IMAGES / name
@@ -409,5 +414,5 @@ def test_batch_of_five_with_expected_pages_exports_csv(
     assert f"{round(100 * len(hits) / 5)}%" in by_id(browser, "summary").text
     assert all(r["answer"] and r["docs"] and r["conversation_id"] for r in exported)
     assert sum(1 for m, p, s in wiki.relayed if (m, p, s) == ("POST", "search", 200)) >= 5
-    shoot(browser, "kz-batch.png")
+    shoot(browser, "kz-batch.png", top="summary")
     assert_clean(browser)

@@ -148,6 +148,7 @@ def test_clean_redis_history_deletes_conversations_and_keeps_the_config(
 ) -> None:
     config = http.post("/set_config", json=http.get("/get_config").json()).json()
     conversation_id = http.post("/search", json={"query": QUERY}).json()["conversation_id"]
+    assert http.post("/rating", params={"thread_id": conversation_id, "score": "-1"}).status_code == 200
     session_id = http.post("/v1/sessions", json={}).json()["session_id"]
     turn = http.post(f"/v1/sessions/{session_id}/messages?stream=false", json={"question": QUERY})
     assert turn.status_code == 200, turn.text
@@ -159,6 +160,7 @@ def test_clean_redis_history_deletes_conversations_and_keeps_the_config(
     left = server.keys()
     assert not [k for k in left if ":chat:session:" in k or ":chat:message:" in k]
     assert stored_message(server, conversation_id) is None
+    assert f"{server.prefix}:feedback:entry:{conversation_id}" in left  # what editors review stays
     assert http.get("/get_config").json() == config
     again = http.post("/clean_redis_history", json={})
     assert again.status_code == 200 and again.json() == {"sessions": 0, "messages": 0}

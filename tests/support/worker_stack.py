@@ -79,6 +79,7 @@ class Audit:
     runs_per_job: dict[str, int]  # job id -> how many times a worker finished it (log lines)
     jobs_per_worker: dict[str, int]
     done_per_worker_metric: dict[str, float]
+    revisions: dict[int, list[int]]  # page -> the revisions its stored paragraph ids name
 
     @property
     def double_work(self) -> int:
@@ -145,7 +146,10 @@ class WorkerStack:
         response.raise_for_status()
         hits = response.json()["hits"]["hits"]
         per_page: dict[int, Counter[str]] = {}
+        revisions: dict[int, set[int]] = {}
         for hit in hits:
+            page_part, revision_part, _ = str(hit["_id"]).split("-")  # <page>-<revision>-<paragraph>
+            revisions.setdefault(int(page_part), set()).add(int(revision_part))
             per_page.setdefault(int(hit["_source"]["page_id"]), Counter())[
                 str(hit["_source"]["content"])
             ] += 1
@@ -180,6 +184,7 @@ class WorkerStack:
             runs_per_job=dict(runs),
             jobs_per_worker=per_worker,
             done_per_worker_metric={name: done_tasks(url) for name, url in self.metrics_urls.items()},
+            revisions={page: sorted(revs) for page, revs in revisions.items()},
         )
 
 

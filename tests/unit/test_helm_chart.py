@@ -7,6 +7,7 @@ runs first); a missing helm fails with that instruction, never a skip.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic_settings import BaseSettings
+
+from ragbot import settings as ragbot_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "ragbot"
@@ -212,3 +216,27 @@ def test_store_init_hook_and_a_definition_from_values(default: list[dict[str, An
         assert env_of(deployment)["RAGBOT_DOCUMENT_DEFINITION"]["value"] == "/etc/ragbot/definition.json"
         mounts = {m["name"]: m["mountPath"] for m in container(deployment)["volumeMounts"]}
         assert mounts["definition"] == "/etc/ragbot"
+
+
+def test_pods_run_as_the_images_numeric_user(default: list[dict[str, Any]]) -> None:
+    # runAsNonRoot cannot check a named USER: the pods must give the Dockerfile's uid as a number.
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    [uid] = re.findall(r"useradd .*--uid (\d+) .* ragbot$", dockerfile, re.MULTILINE)
+    pods = [d for d in default if d["kind"] in ("Deployment", "Job")]
+    assert len(pods) == 5
+    for pod in pods:
+        spec = pod["spec"]["template"]["spec"]
+        assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": int(uid)}
+        assert container(pod)["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_every_ragbot_variable_the_chart_sets_is_a_setting(keda_gpu: list[dict[str, Any]]) -> None:
+    known: set[str] = set()
+    for value in vars(ragbot_settings).values():
+        if isinstance(value, type) and issubclass(value, BaseSettings) and value is not BaseSettings:
+            prefix = str(value.model_config.get("env_prefix", ""))
+            known |= {(prefix + name).upper() for name in value.model_fields}
+    custom = render(*KEDA_GPU, "--set", "secrets.llmApiKey.existingSecret=llm")
+    for pod in [d for d in [*keda_gpu, *custom] if d["kind"] in ("Deployment", "Job")]:
+        unknown = {n for n in env_of(pod) if n.startswith("RAGBOT_") and n not in known}
+        assert not unknown, f"{pod['metadata']['name']} sets variables no settings class reads: {unknown}"

@@ -99,8 +99,8 @@ class ChatStore:
             return False
 
     async def clear_history(self, *, batch: int = 500) -> tuple[int, int]:
-        """Delete every stored conversation (sessions with their turns, and messages); the config and
-        the widget's users stay. Returns (sessions, messages) deleted."""
+        """Delete every stored conversation (sessions with their turns, and messages); the config, the
+        widget's users and the feedback log stay. Returns (sessions, messages) deleted."""
 
         async def sweep(pattern: str) -> list[str]:
             found: list[str] = []
