@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field, JsonValue, model_validator
 
 from ragbot.errors import ReconcileRefused, ValidationFailed
-from ragbot.schemas.limits import MAX_PAGE_ID
+from ragbot.schemas.limits import MAX_PAGE_ID, MAX_REVISION_ID
 
 __all__ = [
     "ReconcilePlan",
@@ -189,9 +189,16 @@ def _revision(item: Mapping[str, Any], *, where: str) -> int:
         value = revisions[0].get("revid")
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
-        raise ValidationFailed(f"{where}: revision {value!r} is not a revision id", field=_FIELD)
-    return int(value)
+    refused = ValidationFailed(f"{where}: revision {value!r} is not a revision id", field=_FIELD)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise refused
+    try:
+        revision = int(value)
+    except ValueError:
+        raise refused from None
+    if not 0 <= revision <= MAX_REVISION_ID:
+        raise refused
+    return revision
 
 
 def _from_item(item: Any, *, where: str) -> tuple[int, int]:
