@@ -2,7 +2,8 @@
 
 - ``ScriptedLLM``: a ``ChatModel`` whose answer is a function of the messages; it records every call,
   can be slow, fail or hang, and notes when a stream was closed early (client disconnects).
-- ``StaticRetriever``: a ``Retriever`` answering fixed documents (pipeline unit tests).
+- ``StaticRetriever``: a ``Retriever`` answering fixed documents (pipeline unit tests); its sentence
+  similarity is the share of the query's analyzer tokens a text contains.
 - ``FakeOllama`` / ``FakeOpenAI``: real HTTP servers on 127.0.0.1 replaying Ollama's NDJSON stream and
   an OpenAI-compatible SSE stream, so the adapters are tested with their real clients on the wire.
 - ``serve_app``: run an ASGI app with uvicorn in a thread (real HTTP, real disconnects).
@@ -25,6 +26,8 @@ import uvicorn
 from ragbot.errors import DependencyUnavailable, LLMError, NotFound
 from ragbot.ports import ChatMessage, TokenStream, Usage
 from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
+from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
+from ragbot.text import analyze
 
 # -- LLM ---------------------------------------------------------------------------------------------
 
@@ -166,6 +169,8 @@ class StaticRetriever:
         self.documents = list(documents)
         self.cosines = list(cosines) if cosines is not None else [0.8] * len(self.documents)
         self.requests: list[RetrieveRequest] = []
+        self.similarity_requests: list[SimilarityRequest] = []
+        self.similarity_down = False  # an older retriever without /v1/similarity, or its model failing
         self.state = "up"
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
@@ -184,6 +189,14 @@ class StaticRetriever:
             }
         )
 
+    async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
+        self.similarity_requests.append(request)
+        if self.state == "down" or self.similarity_down:
+            raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
+        wanted = set(analyze(request.query))
+        scores = [len(wanted & set(analyze(t))) / max(len(wanted), 1) for t in request.texts]
+        return SimilarityResponse(model="m", scores=scores)
+
     async def page(self, page_id: int) -> PageDocuments:
         if self.state == "down":
             raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
@@ -196,6 +209,9 @@ class StaticRetriever:
         return ["m"]
 
     async def ping(self) -> bool:
+        return self.state == "up"
+
+    async def ping_store(self) -> bool:
         return self.state == "up"
 
     async def close(self) -> None:

@@ -1,4 +1,5 @@
-"""HTTP routes of the retriever: ``POST /v1/retrieve``, ``GET /v1/pages/{page_id}`` and ``GET /v1/models``."""
+"""HTTP routes of the retriever: ``POST /v1/retrieve``, ``POST /v1/similarity``, ``GET /v1/pages/{page_id}``
+and ``GET /v1/models``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pydantic import BaseModel
 
 from ragbot.errors import NotFound
 from ragbot.http.limits import RATE_LIMITED, rate_limit
+from ragbot.retrieval.similarity import similarity
 from ragbot.schemas.retrieval import PageDocuments, RetrievedDocument, RetrieveRequest, RetrieveResponse
+from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot_retriever.deps import EngineDep
 
 router = APIRouter(prefix="/v1", tags=["retrieval"])
@@ -36,6 +39,19 @@ class ModelsResponse(BaseModel):
 async def retrieve(body: RetrieveRequest, engine: EngineDep) -> RetrieveResponse:
     """Dense + BM25 retrieval, fused and grouped by page, with debug and timings."""
     return await engine.retrieve(body)
+
+
+@router.post(
+    "/similarity",
+    response_model=SimilarityResponse,
+    responses=RATE_LIMITED,
+    dependencies=[rate_limit("retrieve")],
+)
+async def score_texts(body: SimilarityRequest, engine: EngineDep) -> SimilarityResponse:
+    """Cosines of short texts to a query with a loaded model (chat's ``quote`` mode ranks sentences)."""
+    return await similarity(
+        embedders=engine.embedders, request=body, timeout_s=engine.defaults.embed_timeout_s
+    )
 
 
 @router.get(

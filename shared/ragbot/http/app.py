@@ -29,6 +29,7 @@ from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.http.responses import document_error_responses
 from ragbot.observability.http import ReadinessCheck, setup_observability
+from ragbot.observability.tracing import instrument_app
 from ragbot.settings import AuthScope, AuthSettings, get_rate_limit_settings, get_redis_settings
 
 R = TypeVar("R")
@@ -114,6 +115,7 @@ def create_service_app(
         include_scoped(app, router, route_auth)
     document_error_responses(app)
     install_docs(app)
+    instrument_app(app)  # outermost, so a span covers the whole exchange (a no-op with tracing off)
     return app
 
 
