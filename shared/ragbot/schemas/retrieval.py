@@ -95,10 +95,12 @@ class Candidate(BaseModel):
 class BranchDebug(BaseModel):
     """One ranked list fused: a dense (model, field) search or BM25."""
 
+    model_config = ConfigDict(extra="allow")
     kind: Literal["dense", "bm25"] | None = None
     model: str | None = None
     field: str | None = None
     weight: float | None = None
+    languages: list[str] = Field(default_factory=list, description="languages its model serves; * any")
     dropped_by_threshold: int = Field(default=0, description="dense hits under paragraph_relevance_threshold")
     candidates: list[Candidate] = Field(default_factory=list)
 
@@ -131,6 +133,36 @@ class RerankDebug(BaseModel):
     no_relevant_paragraphs: bool = False
 
 
+class DetectedLanguage(BaseModel):
+    """The question's script and the languages it may be in (language routing)."""
+
+    script: str
+    languages: list[str]
+    share: float
+    letters: int
+
+
+class BranchRoute(BaseModel):
+    """Language routing's decision for one branch: whether it ran and why."""
+
+    kind: str
+    languages: list[str]
+    ran: bool
+    reason: str
+
+
+class RoutingDebug(BaseModel):
+    """Language routing: the detected language, the branches run and skipped, and why."""
+
+    model_config = ConfigDict(extra="allow")
+    enabled: bool
+    detected: DetectedLanguage | None = None
+    fallback: bool = False
+    ran: list[str] = Field(default_factory=list)
+    skipped: dict[str, str] = Field(default_factory=dict, description="branch -> why it did not run")
+    branches: dict[str, BranchRoute] = Field(default_factory=dict)
+
+
 class RetrievalDebug(BaseModel):
     """Every stage of one retrieval: the knobs used, each branch's candidates, the fused list, rerank.
 
@@ -142,6 +174,7 @@ class RetrievalDebug(BaseModel):
     fusion: FusionMethod | None = None
     rrf_k: float | None = None
     branches: dict[str, BranchDebug] = Field(default_factory=dict, description="by branch name")
+    routing: RoutingDebug | None = Field(default=None, description="None in lexical mode")
     fused: list[FusedRow] = Field(default_factory=list)
     pages: list[int] = Field(default_factory=list, description="page ids in the order of the documents")
     rerank: RerankDebug | None = None
