@@ -2,7 +2,8 @@
 
 Subcommands: ``index`` (folders of documents, re-embedding what changed), ``reindex`` (bulk
 reindex through the ingest service, with a progress bar), ``eval`` (retrieval
-quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
+quality on BEIR data), ``eval-answers`` (answer quality per mode on the sample pages),
+``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
 pairs from a BEIR split), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
 API key and its hash). Errors ragbot raises on
 purpose end the command with status 1 and a one-line reason.
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ragbot.cli import auth as cli_auth
     from ragbot.cli import chat as cli_chat
     from ragbot.cli import eval as cli_eval
+    from ragbot.cli import eval_answers as cli_eval_answers
     from ragbot.cli import index as cli_index
     from ragbot.cli import reindex as cli_reindex
 
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_eval.register(subparsers)
+    cli_eval_answers.register(subparsers)
     cli_index.register(subparsers)
     cli_reindex.register(subparsers)
     cli_chat.register(subparsers)
