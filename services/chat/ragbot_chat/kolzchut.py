@@ -80,7 +80,9 @@ async def kolzchut_search(
     )
     conversation_id = new_id()
     asked_from = None if body.asked_from is None else str(body.asked_from)
-    slot = await res.admission.acquire()  # LLMBusy: 503 + Retry-After at once when the queue is full
+    slot = await res.admission.acquire(
+        needs_llm=request.mode != "quote"
+    )  # LLMBusy: 503 + Retry-After at once when the queue is full
     try:
         sources, done, error = await collect(
             run_and_store(
