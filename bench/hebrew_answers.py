@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="grounded answers' token cap")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("ragbot.evaluation.answers").setLevel(logging.INFO)  # one line per answer
     figures = measure(max_tokens=args.max_tokens)
     text = json.dumps(figures, indent=2, ensure_ascii=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ that call one.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import tempfile
 import time
@@ -41,6 +42,8 @@ from ragbot.chat.schemas import Mode
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot.text import analyze
+
+logger = logging.getLogger(__name__)
 
 SUPPORT_THRESHOLD: Final = 0.6
 ROOT: Final = Path(__file__).resolve().parents[3]
@@ -253,9 +256,21 @@ async def evaluate(
     """Every question in every mode, one at a time; the figures per mode."""
     out: dict[str, ModeFigures] = {}
     for mode in modes:
-        rows = [
-            await answer_one(pipeline=pipeline, recorder=recorder, question=q, mode=mode) for q in questions
-        ]
+        rows: list[AnswerRow] = []
+        for q in questions:
+            row = await answer_one(pipeline=pipeline, recorder=recorder, question=q, mode=mode)
+            logger.info(
+                "answered %s in %s mode in %.1f s: gold cited %s, %d/%d sentences supported, loop %s%s",
+                row.id,
+                mode,
+                row.seconds,
+                row.gold_cited,
+                row.supported,
+                row.sentences,
+                row.looped,
+                f", error: {row.error}" if row.error else "",
+            )
+            rows.append(row)
         out[mode] = figures(rows)
     return out
 
