@@ -9,7 +9,8 @@ page), the embedded llama.cpp model (SmolLM2-135M) for ``grounded`` with answers
 - ``answers_gold_cited``, ``answers_supported_sentences``, ``answers_loop_rate``: the mode ``make run``
   uses with the embedded LLM (``ragbot.dev.servers.EMBEDDED_LLM_MODE``), targets >= 0.8, >= 0.9, 0;
 - ``quote_answers_*`` and ``grounded_answers_*``: the same for each mode, side by side, with
-  ``*_abstained`` and ``*_seconds_per_answer``.
+  ``*_abstained``, ``*_off_topic_abstained`` (the share of the 6 questions the pages do not answer
+  that the mode abstained on) and ``*_seconds_per_answer``.
 
 Run: ``uv run python bench/hebrew_answers.py [--max-tokens 96]``; writes bench/results/hebrew_answers.json.
 """
@@ -27,7 +28,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "hebrew_answers.json"
 MAX_TOKENS = 96
-FIGURES = ("gold_cited", "supported_sentences", "loop_rate", "abstained", "seconds_per_answer")
+FIGURES = (
+    "gold_cited",
+    "supported_sentences",
+    "loop_rate",
+    "abstained",
+    "off_topic_abstained",
+    "seconds_per_answer",
+)
 
 
 def measure(*, max_tokens: int = MAX_TOKENS) -> dict[str, float]:

@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
         description="Index the sample pages into a fresh embedded store (or use a running retriever), "
         "answer every question of the question file in each mode through the chat pipeline, and print "
         "per mode: gold_cited (answers citing the gold page), supported_sentences (answer sentences "
-        f"with >= {SUPPORT_THRESHOLD:.0%} of their tokens in one cited paragraph) and loop_rate.",
+        f"with >= {SUPPORT_THRESHOLD:.0%} of their words in one cited paragraph), loop_rate, abstained, "
+        "and off_topic (the share of questions the pages do not answer that the mode abstained on).",
     )
     ea.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="question file (JSON)")
     ea.add_argument("--pages", type=Path, default=DEFAULT_PAGES, help="pages to index (JSONL)")
@@ -61,12 +62,12 @@ def run_eval_answers(args: argparse.Namespace) -> int:
     if args.output:
         args.output.write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     sys.stdout.write(f"{run.questions} questions; retrieval: {run.retrieval}; llm: {run.llm}\n")
-    heads = ("gold_cited", "supported", "loop_rate", "abstained")
+    heads = ("gold_cited", "supported", "loop_rate", "abstained", "off_topic")
     sys.stdout.write(f"{'mode':<10} " + " ".join(f"{h:>10}" for h in heads) + f" {'s/answer':>9}\n")
     for mode, fig in run.modes.items():
         sys.stdout.write(
             f"{mode:<10} {fig.gold_cited:>10.3f} {fig.supported_sentences:>10.3f} {fig.loop_rate:>10.3f} "
-            f"{fig.abstained:>10.3f} {fig.seconds_per_answer:>9.2f}\n"
+            f"{fig.abstained:>10.3f} {fig.off_topic_abstained:>10.3f} {fig.seconds_per_answer:>9.2f}\n"
         )
     if args.output:
         sys.stdout.write(f"report: {args.output}\n")

@@ -14,6 +14,9 @@ mode. Three figures per mode:
 - ``loop_rate``: the share of answers the loop detector ended (``finish_reason`` ``loop``) or whose
   stored text still ends in a loop.
 
+These are over the questions with a gold page. The file also holds questions the pages do not answer
+(``gold_page_id`` null): ``off_topic_abstained`` is the share of those the mode abstained on.
+
 ``run_answers`` builds what it needs: by default a temporary embedded store holding the sample pages,
 indexed through the real indexing pipeline with the configured definition and models (what
 ``make run`` indexes), or a running retriever (``retriever_url``); the configured LLM for the modes
@@ -59,7 +62,7 @@ class AnswerQuestion(BaseModel):
     id: str
     language: Literal["he", "en"]
     question: str = Field(min_length=1)
-    gold_page_id: int
+    gold_page_id: int | None = Field(description="the page that answers; None: the pages do not, abstain")
 
 
 class AnswerQuestions(BaseModel):
@@ -152,7 +155,7 @@ class AnswerRow:
     id: str
     mode: str
     question: str
-    gold_page_id: int
+    gold_page_id: int | None
     answer: str
     cited_page_ids: list[int]
     gold_cited: bool
@@ -166,13 +169,15 @@ class AnswerRow:
 
 @dataclass(slots=True)
 class ModeFigures:
-    """The three figures of one mode and what they were computed over."""
+    """The figures of one mode and what they were computed over."""
 
     gold_cited: float
     supported_sentences: float
     loop_rate: float
     abstained: float
+    off_topic_abstained: float
     answers: int
+    off_topic: int
     sentences: int
     seconds_per_answer: float
     rows: list[AnswerRow] = field(default_factory=list)
@@ -184,24 +189,31 @@ class ModeFigures:
             "supported_sentences": self.supported_sentences,
             "loop_rate": self.loop_rate,
             "abstained": self.abstained,
+            "off_topic_abstained": self.off_topic_abstained,
             "answers": float(self.answers),
+            "off_topic": float(self.off_topic),
             "sentences": float(self.sentences),
             "seconds_per_answer": self.seconds_per_answer,
         }
 
 
 def figures(rows: Sequence[AnswerRow]) -> ModeFigures:
-    """The mode's figures over its rows."""
-    n = max(len(rows), 1)
-    sentences = sum(r.sentences for r in rows)
+    """The mode's figures: gold_cited, supported_sentences, loop_rate and abstained over the questions
+    with a gold page; off_topic_abstained over those without (the share that abstained)."""
+    gold = [r for r in rows if r.gold_page_id is not None]
+    off = [r for r in rows if r.gold_page_id is None]
+    n = max(len(gold), 1)
+    sentences = sum(r.sentences for r in gold)
     return ModeFigures(
-        gold_cited=round(sum(r.gold_cited for r in rows) / n, 4),
-        supported_sentences=round(sum(r.supported for r in rows) / sentences, 4) if sentences else 0.0,
-        loop_rate=round(sum(r.looped for r in rows) / n, 4),
-        abstained=round(sum(r.abstained for r in rows) / n, 4),
-        answers=len(rows),
+        gold_cited=round(sum(r.gold_cited for r in gold) / n, 4),
+        supported_sentences=round(sum(r.supported for r in gold) / sentences, 4) if sentences else 0.0,
+        loop_rate=round(sum(r.looped for r in gold) / n, 4),
+        abstained=round(sum(r.abstained for r in gold) / n, 4),
+        off_topic_abstained=round(sum(r.abstained for r in off) / len(off), 4) if off else 0.0,
+        answers=len(gold),
+        off_topic=len(off),
         sentences=sentences,
-        seconds_per_answer=round(sum(r.seconds for r in rows) / n, 3),
+        seconds_per_answer=round(sum(r.seconds for r in rows) / max(len(rows), 1), 3),
         rows=list(rows),
     )
 
@@ -236,7 +248,7 @@ async def answer_one(
         gold_page_id=question.gold_page_id,
         answer=answer,
         cited_page_ids=cited_pages,
-        gold_cited=question.gold_page_id in cited_pages,
+        gold_cited=question.gold_page_id is not None and question.gold_page_id in cited_pages,
         sentences=len(sentences),
         supported=sum(supported(s, paragraphs) for s in sentences),
         looped=bool(done and done.finish_reason == "loop") or detector.looping,
