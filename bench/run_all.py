@@ -36,6 +36,7 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "indexing": [py, "bench/indexing.py"],
         "chat": [py, "bench/chat.py"],
         "security": [py, "bench/security.py"],
+        "hebrew_answers": [py, "bench/hebrew_answers.py"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"
