@@ -122,6 +122,8 @@ class IngestSettings(SourceSettings):
     # Bulk reindex: largest JSONL body, most pages in one reindex (body lines or wiki listing).
     max_reindex_bytes: int = 2 * 1024 * 1024 * 1024
     max_reindex_pages: int = Field(default=1_000_000, ge=1)
+    # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
+    reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
 class WorkerSettings(BaseSettings):
@@ -146,6 +148,9 @@ class WorkerSettings(BaseSettings):
     # above the longest task. The worker looks for such messages every restore interval.
     visibility_timeout_s: int = Field(default=3600, ge=5)
     unacked_restore_interval_s: int = Field(default=10, ge=1)
+    # After a re-embed switches, the old generation is deleted this much later: long enough for every
+    # retriever to notice the switch (RAGBOT_RETRIEVER_GENERATION_POLL_S) and finish its queries.
+    reembed_drop_after_s: float = Field(default=60.0, ge=0.0)
 
 
 class ContextualSettings(BaseSettings):
@@ -188,6 +193,11 @@ class RetrieverSettings(BaseSettings):
     # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
     store_timeout_s: float = Field(default=10.0, gt=0)
     embed_timeout_s: float = Field(default=30.0, gt=0)
+    # How often the live index generation is looked up (a re-embed's switch is followed this fast).
+    generation_poll_s: float = Field(default=2.0, gt=0)
+    # Fuse only the dense fields whose model serves the question's script (the definition file's
+    # "languages"); a request that names its models is searched as asked. False: every field, always.
+    language_routing: bool = True
 
 
 class LLMSettings(BaseSettings):
@@ -246,6 +256,8 @@ class ChatSettings(LLMSettings):
     history_turns: int = Field(default=3, ge=0, le=100)
     # Answers kept for feedback and Kol-Zchut ratings.
     message_ttl_s: int = Field(default=30 * 86400, ge=60)
+    # Rated or commented answers kept for review and export (GET /v1/feedback), under their own keys.
+    feedback_ttl_s: int = Field(default=365 * 86400, ge=60)
     max_question_chars: int = Field(default=1000, ge=1, le=100000)
     default_mode: Literal["strict", "grounded", "open", "quote"] = "grounded"
     default_language: Literal["auto", "he", "en"] = "auto"
@@ -441,6 +453,48 @@ class ObservabilitySettings(BaseSettings):
     prometheus_multiproc_dir: Path | None = None
 
 
+class TracingSettings(BaseSettings):
+    """OpenTelemetry tracing, read from the standard ``OTEL_*`` variables; off unless they turn it on.
+
+    On when ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``, ``console``) or, with it unset, when
+    an OTLP endpoint is given; ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none`` keep it off.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_", env_file=".env", extra="ignore")
+    sdk_disabled: bool = False
+    traces_exporter: str = ""
+    exporter_otlp_endpoint: str = ""
+    exporter_otlp_traces_endpoint: str = ""
+    service_name: str = ""
+    # Sampled share of new traces (the parent's decision is kept): ``OTEL_TRACES_SAMPLER_ARG``.
+    traces_sampler_arg: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    @property
+    def exporter(self) -> Literal["otlp", "console"] | None:
+        """The span exporter to build, or None when tracing is off."""
+        if self.sdk_disabled:
+            return None
+        names = {n.strip().lower() for n in self.traces_exporter.split(",") if n.strip()}
+        if not names:
+            return "otlp" if self.exporter_otlp_endpoint or self.exporter_otlp_traces_endpoint else None
+        if "otlp" in names:
+            return "otlp"
+        return "console" if "console" in names else None
+
+    @property
+    def enabled(self) -> bool:
+        """True when spans are recorded and exported."""
+        return self.exporter is not None
+
+    @property
+    def traces_endpoint(self) -> str:
+        """Where OTLP/HTTP spans go: the traces endpoint as given, or the base endpoint + ``/v1/traces``."""
+        if self.exporter_otlp_traces_endpoint:
+            return self.exporter_otlp_traces_endpoint
+        base = self.exporter_otlp_endpoint or "http://localhost:4318"
+        return f"{base.rstrip('/')}/v1/traces"
+
+
 @lru_cache
 def get_redis_settings() -> RedisSettings:
     """Redis settings, read once per process."""
@@ -525,6 +579,12 @@ def get_observability_settings() -> ObservabilitySettings:
     return ObservabilitySettings()
 
 
+@lru_cache
+def get_tracing_settings() -> TracingSettings:
+    """Tracing settings (``OTEL_*``), read once per process."""
+    return TracingSettings()
+
+
 def clear_settings_caches() -> None:
     """Forget every cached settings object (tests change the environment between cases)."""
     for factory in (
@@ -540,6 +600,7 @@ def clear_settings_caches() -> None:
         get_chat_settings,
         get_rate_limit_settings,
         get_observability_settings,
+        get_tracing_settings,
         get_auth_settings,
         get_client_settings,
     ):

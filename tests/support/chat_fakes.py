@@ -23,9 +23,9 @@ from typing import Any, Self
 
 import uvicorn
 
-from ragbot.errors import DependencyUnavailable, LLMError
+from ragbot.errors import DependencyUnavailable, LLMError, NotFound
 from ragbot.ports import ChatMessage, TokenStream, Usage
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot.text import analyze
 
@@ -192,10 +192,21 @@ class StaticRetriever:
         scores = [len(wanted & set(analyze(t))) / max(len(wanted), 1) for t in request.texts]
         return SimilarityResponse(model="m", scores=scores)
 
+    async def page(self, page_id: int) -> PageDocuments:
+        if self.state == "down":
+            raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
+        docs = [d for d in self.documents if d["page_id"] == page_id]
+        if not docs:
+            raise NotFound(f"page {page_id} is not indexed")
+        return PageDocuments.model_validate({"page_id": page_id, "documents": docs})
+
     async def model_names(self) -> list[str]:
         return ["m"]
 
     async def ping(self) -> bool:
+        return self.state == "up"
+
+    async def ping_store(self) -> bool:
         return self.state == "up"
 
     async def close(self) -> None:

@@ -2,7 +2,8 @@
 
 ``create_worker_app`` registers the tasks (``tasks.py``) against a ``RuntimeHolder`` (``runtime.py``)
 and hooks ``worker_process_init`` (sent by both the solo and prefork pools), which builds the
-``Runtime`` once per process, and ``worker_process_shutdown``, which closes it. Tests pass their own
+``Runtime`` once per process (after turning tracing on there when ``OTEL_*`` say so: a span per task,
+joined to the sender's trace), and ``worker_process_shutdown``, which closes it. Tests pass their own
 holder, with a runtime installed.
 """
 
@@ -16,7 +17,8 @@ from celery import Celery, signals
 
 from ragbot.messaging.queue import create_celery_app
 from ragbot.observability.metrics import mark_process_dead
-from ragbot.settings import RedisSettings, WorkerSettings
+from ragbot.observability.tracing import configure_tracing, shutdown_tracing
+from ragbot.settings import RedisSettings, WorkerSettings, get_tracing_settings
 from ragbot_embedder.runtime import RuntimeHolder
 from ragbot_embedder.tasks import register_tasks
 
@@ -32,6 +34,7 @@ def connect_process_signals(holder: RuntimeHolder) -> None:
 
     def on_process_init(**_: Any) -> None:
         try:
+            configure_tracing(service="embedder", settings=get_tracing_settings())
             holder.get()
         except Exception:
             logger.critical("worker process could not start", exc_info=True)
@@ -39,6 +42,7 @@ def connect_process_signals(holder: RuntimeHolder) -> None:
 
     def on_process_shutdown(**_: Any) -> None:
         holder.release()
+        shutdown_tracing()
         mark_process_dead(os.getpid())
 
     uid = id(holder)

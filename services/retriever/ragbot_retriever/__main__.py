@@ -5,14 +5,16 @@ from __future__ import annotations
 import uvicorn
 
 from ragbot.observability.logging import configure_logging
-from ragbot.settings import get_observability_settings, get_retriever_settings
+from ragbot.observability.tracing import configure_tracing
+from ragbot.settings import get_observability_settings, get_retriever_settings, get_tracing_settings
 from ragbot_retriever.app import SERVICE, create_app
 
 
 def main() -> None:
-    """Configure logging, build the app and serve it until interrupted."""
+    """Configure logging (and tracing when OTEL_* say so), build the app and serve it until interrupted."""
     observability = get_observability_settings()
     configure_logging(service=SERVICE, level=observability.log_level, json_lines=observability.log_json)
+    configure_tracing(service=SERVICE, settings=get_tracing_settings())
     settings = get_retriever_settings()
     # proxy_headers=False: X-Forwarded-For is trusted by ragbot.http.auth (RAGBOT_AUTH_TRUSTED_PROXIES)
     # alone, never rewritten into the peer address by uvicorn.

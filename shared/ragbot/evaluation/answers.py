@@ -42,7 +42,7 @@ from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Mode
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot.text import analyze
 
@@ -135,6 +135,10 @@ class RecordingRetriever:
         """The inner retriever's scores."""
         return await self.inner.similarity(request)
 
+    async def page(self, page_id: int) -> PageDocuments:
+        """The inner retriever's page."""
+        return await self.inner.page(page_id)
+
     async def model_names(self) -> list[str]:
         """The inner retriever's models."""
         return await self.inner.model_names()
@@ -142,6 +146,10 @@ class RecordingRetriever:
     async def ping(self) -> bool:
         """The inner retriever's health."""
         return await self.inner.ping()
+
+    async def ping_store(self) -> bool:
+        """The inner retriever's store health."""
+        return await self.inner.ping_store()
 
     async def close(self) -> None:
         """Close the inner retriever."""

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError, WatchError
 from redis.retry import Retry as SyncRetry
 
 from ragbot.errors import DependencyUnavailable
+from ragbot.observability.tracing import instrument_redis
 from ragbot.settings import RedisSettings
 
 __all__ = ["REDIS", "REDIS_ERRORS", "build_redis", "build_sync_redis", "redis_call", "redis_guard"]
@@ -49,16 +50,19 @@ def _backoff() -> ExponentialBackoff:
 
 def build_redis(settings: RedisSettings) -> Redis:
     """The asyncio client every service and the worker use; commands time out after the settings' limit."""
-    return Redis.from_url(
+    client = Redis.from_url(
         settings.url,
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.socket_timeout_s,
         retry=Retry(_backoff(), _RETRIES),
     )
+    instrument_redis(client)  # a span per command when tracing is on
+    return client
 
 
 def build_sync_redis(*, url: str, timeout_s: float) -> redis_sync.Redis:
     """A blocking client, for code that runs outside an event loop (the metrics collector)."""
+    # Not traced: its only user samples queue depth at each scrape, which is no request's work.
     return redis_sync.Redis.from_url(
         url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=SyncRetry(_backoff(), _RETRIES)
     )

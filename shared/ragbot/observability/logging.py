@@ -2,7 +2,8 @@
 
 The request id lives in a ``ContextVar``: the HTTP middleware sets it from ``X-Request-ID`` (or makes
 one), the queue sends it in the task headers, and the worker sets it again around each task, so one
-grep follows a wiki ping from ingest into the embedder.
+grep follows a wiki ping from ingest into the embedder. With tracing on, each line also carries the
+``trace_id`` and ``span_id`` of the span it was written in (``ragbot.observability.spans``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any
 
+from ragbot.observability.spans import current_ids
+
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _request_id: ContextVar[str | None] = ContextVar("ragbot_request_id", default=None)
@@ -25,7 +28,7 @@ _request_id: ContextVar[str | None] = ContextVar("ragbot_request_id", default=No
 # Attributes every LogRecord has; anything else passed through ``extra=`` is logged as a field.
 _STANDARD_ATTRS = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
-    | {"message", "asctime", "request_id", "color_message"}
+    | {"message", "asctime", "request_id", "trace_id", "span_id", "color_message"}
 )
 
 
@@ -77,6 +80,8 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         """Add the fields; never drop a record."""
         record.request_id = _request_id.get()
+        ids = current_ids()
+        record.trace_id, record.span_id = ids if ids else (None, None)
         record.service = getattr(record, "service", None) or self.service
         return True
 
@@ -95,6 +100,10 @@ class JsonFormatter(logging.Formatter):
         rid = getattr(record, "request_id", None)
         if rid:
             out["request_id"] = rid
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id:
+            out["trace_id"] = trace_id
+            out["span_id"] = getattr(record, "span_id", None)
         for key, value in vars(record).items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
                 out[key] = value

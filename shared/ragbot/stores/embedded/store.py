@@ -14,6 +14,7 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, StoreUnavailable
+from ragbot.observability.spans import span
 from ragbot.ports import Filters, PageWrite, SearchHit, StoredParagraph, Vector
 from ragbot.schemas.pages import PageState
 from ragbot.stores import lexical
@@ -129,7 +130,8 @@ class EmbeddedStore:
         """Replace each page as ``replace_page`` does, all in one transaction; returns the pages refused."""
         ready, failed = prepare_writes(writes, dimensions=self._dimensions, definition=self._definition)
         if ready:
-            await self._db.run(lambda: self._replace_many_sync(list(ready.items())))
+            with span("embedded replace_pages", _db_attributes("replace_pages", pages=len(ready))):
+                await self._db.run(lambda: self._replace_many_sync(list(ready.items())))
         return failed
 
     def _replace_many_sync(self, prepared: Sequence[PreparedPage]) -> None:
@@ -148,18 +150,24 @@ class EmbeddedStore:
             with self._db.write(conn) as generation:
                 return delete_rows(conn, page_id=page_id, generation=generation)
 
-        return await self._db.run(delete)
+        with span("embedded delete_page", _db_attributes("delete_page")):
+            return await self._db.run(delete)
 
     async def page_state(self, *, page_id: int) -> PageState | None:
         """The page's revision, paragraph count, paragraphs per model, last update and title."""
-        return await self._db.run(
-            lambda: pages.page_state(self._db.conn(), page_id=page_id, definition=self._definition)
-        )
+        with span("embedded page_state", _db_attributes("page_state")):
+            return await self._db.run(
+                lambda: pages.page_state(self._db.conn(), page_id=page_id, definition=self._definition)
+            )
 
     async def list_pages(self, *, limit: int = 100, offset: int = 0) -> list[PageState]:
         """Pages by ascending id: one grouped scan picks the window, then its rows' titles and dates."""
         check_window(limit=limit, offset=offset)
         return await self._db.run(lambda: pages.list_pages(self._db.conn(), limit=limit, offset=offset))
+
+    async def page_revisions(self) -> dict[int, int]:
+        """Every indexed page id with its newest revision (one grouped scan)."""
+        return await self._db.run(lambda: pages.page_revisions(self._db.conn()))
 
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """Every paragraph of the page in paragraph order (score 0)."""
@@ -197,7 +205,8 @@ class EmbeddedStore:
             top = top_k(view, query, k, allowed)
             return _hits(conn, [(i, min(2.0, max(0.0, s + 1.0))) for i, s in top])
 
-        return await self._db.run(search)
+        with span("embedded knn", _db_attributes("knn", k=k, field=vector_field)):
+            return await self._db.run(search)
 
     async def bm25(
         self, *, query: str, k: int, fields: Sequence[str] | None = None, filters: Filters | None = None
@@ -227,7 +236,8 @@ class EmbeddedStore:
             top = lexical.search(view, terms=term_ids, weights=weights, k=k, allowed=allowed)
             return _hits(conn, top)
 
-        return await self._db.run(search)
+        with span("embedded bm25", _db_attributes("bm25", k=k)):
+            return await self._db.run(search)
 
     async def get(self, *, doc_ids: Sequence[str]) -> list[SearchHit]:
         """Paragraphs by id, in the order asked, missing ones left out."""
@@ -250,7 +260,8 @@ class EmbeddedStore:
                 if d in found
             ]
 
-        return await self._db.run(fetch)
+        with span("embedded get", _db_attributes("get", docs=len(wanted))):
+            return await self._db.run(fetch)
 
     async def count(self) -> int:
         """Number of paragraphs stored."""
@@ -262,6 +273,15 @@ class EmbeddedStore:
         """Close every thread's connection and drop the derived indices."""
         self._db.close()
         self._indexes.reset()
+
+
+def _db_attributes(operation: str, **extra: int | str) -> dict[str, int | str]:
+    """A store span's attributes: the database semantic conventions plus what the call asked for."""
+    return {
+        "db.system.name": "sqlite",
+        "db.operation.name": operation,
+        **{f"ragbot.store.{key}": value for key, value in extra.items()},
+    }
 
 
 def _allowed(conn: sqlite3.Connection, filters: Sequence[Filter]) -> IntArray:
