@@ -28,7 +28,7 @@ from types import FrameType
 
 import httpx
 
-from ragbot.dev.servers import LocalWiki, ServiceProcess, load_pages, local_service
+from ragbot.dev.servers import EMBEDDED_LLM_MODE, LocalWiki, ServiceProcess, load_pages, local_service
 from ragbot.settings import (
     get_chat_settings,
     get_ingest_settings,
@@ -93,6 +93,14 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     env.setdefault("RAGBOT_CHAT_RETRIEVER_URL", f"http://127.0.0.1:{get_retriever_settings().port}")
     # ...and its web UI's documents page talks to this run's ingest.
     env.setdefault("RAGBOT_CHAT_INGEST_URL", f"http://127.0.0.1:{get_ingest_settings().port}")
+    chat = get_chat_settings()
+    if chat.llm_backend == "llamacpp":
+        # The embedded 135M model's answers do not read well (docs/benchmarks.md, "Answers"): quote
+        # the sources instead, unless a mode is configured (environment or .env); the UI and the API
+        # still offer every mode.
+        for name in ("default_mode", "kolzchut_mode"):
+            if name not in chat.model_fields_set:
+                env[f"RAGBOT_CHAT_{name.upper()}"] = EMBEDDED_LLM_MODE
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")

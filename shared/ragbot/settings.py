@@ -293,7 +293,7 @@ class ChatSettings(LLMSettings):
     quote_margin: float = Field(default=0.04, ge=0.0, le=2.0)
     quote_lexical_min_score: float = Field(default=0.5, ge=0.0, le=1.0)
     quote_lexical_weight: float = Field(default=0.1, ge=0.0, le=1.0)
-    quote_cross_language_bonus: float = Field(default=0.05, ge=0.0, le=1.0)
+    quote_cross_language_bonus: float = Field(default=0.08, ge=0.0, le=1.0)
     quote_model: str = ""
     quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the

@@ -118,3 +118,17 @@ def test_the_gate_follows_the_chat_settings() -> None:
     assert (built.max_active, built.max_waiting, built.wait_s, built.retry_after_s) == (3, 5, 2.5, 9)
     assert ChatSettings(llamacpp_parallel=6).generation_slots == 6  # the embedded model's own slots
     assert ChatSettings(llm_backend="ollama").generation_slots == 8
+
+
+async def test_a_turn_without_an_llm_is_admitted_while_every_slot_is_busy() -> None:
+    admission, _ = gate(active=1, waiting=0)
+    held = await admission.acquire()
+    with pytest.raises(LLMBusy):
+        await admission.acquire()
+    quote = await asyncio.wait_for(admission.acquire(needs_llm=False), timeout=1.0)
+    assert admission.active == 1
+    quote.release()
+    quote.release()
+    assert admission.active == 1
+    held.release()
+    assert admission.active == 0

@@ -192,7 +192,8 @@ def test_page_furniture_and_links_cut_by_a_paragraph_split_are_left_out() -> Non
     text = (
         f"- This document covers topics related to: {title} – כל-זכות\n"
         "- Source URL: https://www.kolzchut.org.il/he/some_page and more words here\n"
-        'זיכוי](/he/%D7%A0 "נקודות זיכוי") נוספות ניתנות לעובדים שהם תושבי ישראל.'
+        'זיכוי](/he/%D7%A0 "נקודות זיכוי") נוספות ניתנות לעובדים שהם תושבי ישראל.\n'
+        "הגשת בקשה להחזר באופן ידני:"
     )
     assert split_sentences(text, title=title) == ["זיכוי נוספות ניתנות לעובדים שהם תושבי ישראל."]
 

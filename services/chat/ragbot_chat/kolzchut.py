@@ -203,7 +203,8 @@ async def kolzchut_search(
     request = search_request(res=res, body=body, config=config)
     conversation_id = new_id()
     asked_from = None if body.asked_from is None else str(body.asked_from)
-    slot = await res.admission.acquire()  # LLMBusy: 503 + Retry-After at once when the queue is full
+    # LLMBusy: 503 + Retry-After at once when the queue is full (a quote turn holds no slot)
+    slot = await res.admission.acquire(needs_llm=request.mode != "quote")
     try:
         sources, done, error = await collect(
             run_and_store(
@@ -239,7 +240,7 @@ async def kolzchut_search_stream(
     request = search_request(res=res, body=body, config=config)
     conversation_id = new_id()
     asked_from = None if body.asked_from is None else str(body.asked_from)
-    slot = await res.admission.acquire()
+    slot = await res.admission.acquire(needs_llm=request.mode != "quote")
     events = run_and_store(
         res=res,
         request=request,

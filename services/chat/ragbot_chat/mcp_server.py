@@ -154,7 +154,8 @@ class ChatMcp:
 
         Args:
             question: the question, in Hebrew or English (the answer follows its language).
-            mode: strict (only the wiki), grounded (the wiki first; the default) or open (no retrieval).
+            mode: strict (only the wiki), grounded (the wiki first; the default), open (no retrieval) or
+                quote (the wiki's sentences that answer, word for word, no LLM).
         """
         res = self._resources()
         try:
@@ -166,7 +167,7 @@ class ChatMcp:
                 channel="mcp",
             )
             message_id = new_id()
-            slot = await res.admission.acquire()
+            slot = await res.admission.acquire(needs_llm=request.mode != "quote")
             try:
                 sources, done, error = await collect(
                     run_and_store(res=res, request=request, message_id=message_id, session_id=None)

@@ -216,7 +216,9 @@ async def post_message(
 ) -> Response:
     """Ask a question: SSE ``sources``, ``token``s, then ``done`` or ``error`` (or JSON with stream=false)."""
     message_id, request, session = await start_message(res=res, session_id=session_id, body=body)
-    slot = await res.admission.acquire()  # LLMBusy (503 + Retry-After) before any byte is sent
+    slot = await res.admission.acquire(
+        needs_llm=request.mode != "quote"
+    )  # LLMBusy (503 + Retry-After) before any byte is sent
     events = run_and_store(res=res, request=request, message_id=message_id, session_id=session.session_id)
     if stream:
         chunks = sse_stream(events, message_id=message_id, session_id=session_id, include_debug=debug)

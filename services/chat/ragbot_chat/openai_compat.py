@@ -262,7 +262,9 @@ async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep, http_
     request = openai_turn(res=res, messages=body.messages, mode=body.mode)
     completion_id = f"chatcmpl-{new_id()}"
     model = body.model or "ragbot"
-    slot = await res.admission.acquire()  # LLMBusy (503 + Retry-After) before any byte is sent
+    slot = await res.admission.acquire(
+        needs_llm=request.mode != "quote"
+    )  # LLMBusy (503 + Retry-After) before any byte is sent
     events = run_and_store(res=res, request=request, message_id=completion_id, session_id=None)
     if body.stream:
         chunks = openai_stream(events, request=request, completion_id=completion_id, model=model)

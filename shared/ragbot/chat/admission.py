@@ -48,8 +48,8 @@ admission_metrics = PerRegistry(_new_metrics)
 class Slot:
     """One generation slot; ``release`` gives it back once, however often it is called."""
 
-    def __init__(self, gate: AdmissionGate) -> None:
-        self._gate: AdmissionGate | None = gate
+    def __init__(self, gate: AdmissionGate | None) -> None:
+        self._gate: AdmissionGate | None = gate  # None: a turn that calls no LLM holds nothing
 
     def release(self) -> None:
         """Give the slot back (the next waiter, if any, takes it)."""
@@ -96,8 +96,11 @@ class AdmissionGate:
         self.metrics.refused.labels(reason).inc()
         return LLMBusy(message, retry_after_s=self.retry_after_s)
 
-    async def acquire(self) -> Slot:
-        """A slot now, or after waiting in the bounded queue; ``LLMBusy`` at once when the queue is full."""
+    async def acquire(self, *, needs_llm: bool = True) -> Slot:
+        """A slot now, or after waiting in the bounded queue; ``LLMBusy`` at once when the queue is full.
+        A turn that calls no LLM (``quote`` mode) gets an empty slot at once."""
+        if not needs_llm:
+            return Slot(None)
         if self._slots.locked() or self.waiting:
             if self.waiting >= self.max_waiting:
                 raise self._busy(

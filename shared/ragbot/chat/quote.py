@@ -90,8 +90,9 @@ def clean_line(line: str) -> str:
 
 def split_sentences(text: str, *, title: str = "") -> list[str]:
     """The sentences of a paragraph in order: lines and list items, then sentence ends; headings, rules,
-    fragments under ``MIN_WORDS`` words, and page furniture (a line holding a URL or the page's whole
-    title, such as "This document covers topics related to: <title>") are left out."""
+    fragments under ``MIN_WORDS`` words, lead-ins ending in ``:``, and page furniture (a line holding a
+    URL or the page's whole title, such as "This document covers topics related to: <title>") are
+    left out."""
     out: list[str] = []
     title = " ".join(title.split()).casefold()
     for raw in _LINK.sub(r"\1", text).splitlines():
@@ -101,6 +102,8 @@ def split_sentences(text: str, *, title: str = "") -> list[str]:
         for piece in _SENTENCE_END.split(line):
             piece = piece.strip()
             if _URL.search(piece) or (len(title) > 3 and title in piece.casefold()):
+                continue
+            if piece.endswith(":"):  # a list's lead-in ("to apply by post:") says nothing alone
                 continue
             if len(piece.split()) >= MIN_WORDS:
                 out.append(piece[:MAX_SIMILARITY_TEXT_CHARS])

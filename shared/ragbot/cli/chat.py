@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--url", help="chat service URL (default: http://RAGBOT_CHAT_HOST:RAGBOT_CHAT_PORT)")
     parser.add_argument(
-        "--mode", choices=["strict", "grounded", "open"], help="answer mode (default: the service's)"
+        "--mode", choices=["strict", "grounded", "open", "quote"], help="answer mode (default: the service's)"
     )
     parser.add_argument(
         "--language", choices=["auto", "he", "en"], help="session language (default: the service's)"

@@ -4,7 +4,8 @@ Subcommands: ``index`` (folders of documents, re-embedding what changed), ``rein
 reindex through the ingest service, with a progress bar), ``reembed`` (a new index generation
 for a changed definition, built in the background and switched atomically), ``reconcile`` (the
 index made to hold exactly the wiki's relevant pages, through the ingest service), ``eval`` (retrieval
-quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
+quality on BEIR data), ``eval-answers`` (answer quality per mode on the sample pages),
+``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
 pairs from a BEIR split), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
 API key and its hash). Errors ragbot raises on
 purpose end the command with status 1 and a one-line reason.
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ragbot.cli import auth as cli_auth
     from ragbot.cli import chat as cli_chat
     from ragbot.cli import eval as cli_eval
+    from ragbot.cli import eval_answers as cli_eval_answers
     from ragbot.cli import index as cli_index
     from ragbot.cli import reconcile as cli_reconcile
     from ragbot.cli import reembed as cli_reembed
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_eval.register(subparsers)
+    cli_eval_answers.register(subparsers)
     cli_index.register(subparsers)
     cli_reindex.register(subparsers)
     cli_reembed.register(subparsers)

@@ -28,6 +28,10 @@ from typing import IO, Any
 import httpx
 
 CONTENT_PATH = "/w/rest.php/cbragcontent/v0/page_id/"
+# The answer mode ``make run`` gives the web UI, the native API and the Kol-Zchut routes when the only
+# LLM is the embedded one (RAGBOT_CHAT_LLM_BACKEND=llamacpp): chosen by bench/hebrew_answers.py, see
+# docs/benchmarks.md "Answers". An explicit RAGBOT_CHAT_DEFAULT_MODE / _KOLZCHUT_MODE wins.
+EMBEDDED_LLM_MODE = "quote"
 
 
 def load_pages(path: Path) -> list[dict[str, Any]]:

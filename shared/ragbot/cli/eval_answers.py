@@ -1,0 +1,74 @@
+"""The ``ragbot eval-answers`` subcommand: answer quality per mode on the sample pages' questions.
+
+``ragbot.cli.main`` owns the parser; ``register`` adds the subcommand. Settings come from the usual
+factories (``RAGBOT_*``, ``.env``); the flags choose the modes, the questions and the answer token cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, cast, get_args
+
+from ragbot.chat.schemas import Mode
+
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+def register(subparsers: Any) -> None:
+    """Add eval-answers to the ``ragbot`` parser."""
+    from ragbot.evaluation.answers import DEFAULT_PAGES, DEFAULT_QUESTIONS, SUPPORT_THRESHOLD
+
+    ea = subparsers.add_parser(
+        "eval-answers",
+        help="answer the sample pages' questions in each mode and score the answers",
+        description="Index the sample pages into a fresh embedded store (or use a running retriever), "
+        "answer every question of the question file in each mode through the chat pipeline, and print "
+        "per mode: gold_cited (answers citing the gold page), supported_sentences (answer sentences "
+        f"with >= {SUPPORT_THRESHOLD:.0%} of their words in one cited paragraph), loop_rate, abstained, "
+        "and off_topic (the share of questions the pages do not answer that the mode abstained on).",
+    )
+    ea.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="question file (JSON)")
+    ea.add_argument("--pages", type=Path, default=DEFAULT_PAGES, help="pages to index (JSONL)")
+    ea.add_argument(
+        "--modes", nargs="+", default=["quote", "grounded"], choices=MODES, help="default: quote grounded"
+    )
+    ea.add_argument("--retriever-url", help="use this running retriever instead of indexing --pages")
+    ea.add_argument("--max-tokens", type=int, help="answer token cap (default: RAGBOT_CHAT_LLM_MAX_TOKENS)")
+    ea.add_argument("--language", choices=["he", "en"], help="only the questions in this language")
+    ea.add_argument("--output", type=Path, help="write the whole report (every answer) as JSON here")
+    ea.set_defaults(handler=run_eval_answers)
+
+
+def run_eval_answers(args: argparse.Namespace) -> int:
+    """``ragbot eval-answers``: print the figures per mode, write the report when asked."""
+    from ragbot.evaluation.answers import load_questions, run_answers
+
+    questions = [q for q in load_questions(args.questions) if args.language in (None, q.language)]
+    overrides = {"llm_max_tokens": args.max_tokens} if args.max_tokens else {}
+    run = asyncio.run(
+        run_answers(
+            questions=questions,
+            modes=[cast(Mode, m) for m in args.modes],
+            chat_overrides=overrides,
+            retriever_url=args.retriever_url,
+            pages_path=args.pages,
+        )
+    )
+    report = run.report()
+    if args.output:
+        args.output.write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    sys.stdout.write(f"{run.questions} questions; retrieval: {run.retrieval}; llm: {run.llm}\n")
+    heads = ("gold_cited", "supported", "loop_rate", "abstained", "off_topic")
+    sys.stdout.write(f"{'mode':<10} " + " ".join(f"{h:>10}" for h in heads) + f" {'s/answer':>9}\n")
+    for mode, fig in run.modes.items():
+        sys.stdout.write(
+            f"{mode:<10} {fig.gold_cited:>10.3f} {fig.supported_sentences:>10.3f} {fig.loop_rate:>10.3f} "
+            f"{fig.abstained:>10.3f} {fig.off_topic_abstained:>10.3f} {fig.seconds_per_answer:>9.2f}\n"
+        )
+    if args.output:
+        sys.stdout.write(f"report: {args.output}\n")
+    return 0

@@ -1,0 +1,423 @@
+"""``ragbot eval-answers``: how good the answers are, per answer mode, on questions with a gold page.
+
+Each question (``samples/kolzchut/answer_questions.json``: Hebrew and English questions written for
+the sample pages, each with the page that answers it) goes through the real chat pipeline once per
+mode. Three figures per mode:
+
+- ``gold_cited``: the share of answers whose citations include the gold page (an abstention cites
+  nothing, so it counts as a miss);
+- ``supported_sentences``: the share of answer sentences (over all answers) supported by a paragraph
+  the answer cites: at least ``SUPPORT_THRESHOLD`` of the sentence's distinct words occur in one cited
+  paragraph, compared through the BM25 analyzer (a Hebrew word matches with or without its one-letter
+  prefix; one-letter words and the ``[n]`` marks left out). A sentence of an answer that cites nothing
+  is unsupported;
+- ``loop_rate``: the share of answers the loop detector ended (``finish_reason`` ``loop``) or whose
+  stored text still ends in a loop.
+
+These are over the questions with a gold page. The file also holds questions the pages do not answer
+(``gold_page_id`` null): ``off_topic_abstained`` is the share of those the mode abstained on.
+
+``run_answers`` builds what it needs: by default a temporary embedded store holding the sample pages,
+indexed through the real indexing pipeline with the configured definition and models (what
+``make run`` indexes), or a running retriever (``retriever_url``); the configured LLM for the modes
+that call one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, Field
+
+from ragbot.chat.events import ChatRequest, DoneEvent, ErrorEvent, SourcesEvent
+from ragbot.chat.loops import CUT_MARK, LoopDetector
+from ragbot.chat.pipeline import ChatPipeline
+from ragbot.chat.retriever import Retriever
+from ragbot.chat.schemas import Mode
+from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
+from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
+from ragbot.text import analyze
+
+logger = logging.getLogger(__name__)
+
+SUPPORT_THRESHOLD: Final = 0.6
+ROOT: Final = Path(__file__).resolve().parents[3]
+DEFAULT_QUESTIONS: Final = ROOT / "samples" / "kolzchut" / "answer_questions.json"
+DEFAULT_PAGES: Final = ROOT / "samples" / "kolzchut" / "pages.jsonl"
+_CITATION = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])\s+")
+
+
+class AnswerQuestion(BaseModel):
+    """A question written for the sample pages and the page that answers it."""
+
+    id: str
+    language: Literal["he", "en"]
+    question: str = Field(min_length=1)
+    gold_page_id: int | None = Field(description="the page that answers; None: the pages do not, abstain")
+
+
+class AnswerQuestions(BaseModel):
+    """The committed question file."""
+
+    about: str = ""
+    questions: list[AnswerQuestion] = Field(min_length=1)
+
+
+def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[AnswerQuestion]:
+    """The questions of a question file."""
+    return AnswerQuestions.model_validate_json(path.read_text(encoding="utf-8")).questions
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in analyze(_CITATION.sub(" ", text)) if len(t) > 1}
+
+
+def answer_sentences(answer: str) -> list[str]:
+    """The sentences of an answer, without its ``[n]`` marks or the cut mark; empty pieces left out."""
+    text = answer[: -len(CUT_MARK)] if answer.endswith(CUT_MARK) else answer
+    out: list[str] = []
+    for line in text.splitlines():
+        for piece in _SENTENCE_END.split(_CITATION.sub(" ", line)):
+            piece = " ".join(piece.split()).strip(" -*•")
+            if _tokens(piece):
+                out.append(piece)
+    return out
+
+
+def _words(text: str) -> dict[str, set[str]]:
+    """Each distinct word of the text (two letters or more) and its analyzer tokens (prefix variants)."""
+    out: dict[str, set[str]] = {}
+    for word in _CITATION.sub(" ", text).split():
+        tokens = [t for t in analyze(word) if len(t) > 1]
+        if tokens:
+            out.setdefault(tokens[0], set()).update(tokens)
+    return out
+
+
+def supported(sentence: str, paragraphs: Sequence[str], *, threshold: float = SUPPORT_THRESHOLD) -> bool:
+    """Whether one paragraph holds at least ``threshold`` of the sentence's distinct words (a word
+    counts when it, or its form without a Hebrew prefix letter, is among the paragraph's tokens)."""
+    wanted = _words(sentence)
+    if not wanted:
+        return False
+    for paragraph in paragraphs:
+        have = _tokens(paragraph)
+        if sum(bool(v & have) for v in wanted.values()) / len(wanted) >= threshold:
+            return True
+    return False
+
+
+class RecordingRetriever:
+    """A ``Retriever`` that keeps the text of every paragraph it returned, to check what was cited."""
+
+    def __init__(self, inner: Retriever, *, text_field: str = "content") -> None:
+        self.inner = inner
+        self.text_field = text_field
+        self.texts: dict[str, str] = {}
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
+        """The inner retriever's answer, its paragraph texts kept by document id."""
+        response = await self.inner.retrieve(request)
+        for doc in response.documents:
+            self.texts[str(doc.get("_id") or "")] = str(doc.get(self.text_field) or "")
+        return response
+
+    async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
+        """The inner retriever's scores."""
+        return await self.inner.similarity(request)
+
+    async def page(self, page_id: int) -> PageDocuments:
+        """The inner retriever's page."""
+        return await self.inner.page(page_id)
+
+    async def model_names(self) -> list[str]:
+        """The inner retriever's models."""
+        return await self.inner.model_names()
+
+    async def ping(self) -> bool:
+        """The inner retriever's health."""
+        return await self.inner.ping()
+
+    async def ping_store(self) -> bool:
+        """The inner retriever's store health."""
+        return await self.inner.ping_store()
+
+    async def close(self) -> None:
+        """Close the inner retriever."""
+        await self.inner.close()
+
+
+@dataclass(slots=True)
+class AnswerRow:
+    """One question answered in one mode, and how it scored."""
+
+    id: str
+    mode: str
+    question: str
+    gold_page_id: int | None
+    answer: str
+    cited_page_ids: list[int]
+    gold_cited: bool
+    sentences: int
+    supported: int
+    looped: bool
+    abstained: bool
+    error: str | None
+    seconds: float
+
+
+@dataclass(slots=True)
+class ModeFigures:
+    """The figures of one mode and what they were computed over."""
+
+    gold_cited: float
+    supported_sentences: float
+    loop_rate: float
+    abstained: float
+    off_topic_abstained: float
+    answers: int
+    off_topic: int
+    sentences: int
+    seconds_per_answer: float
+    rows: list[AnswerRow] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        """The figures without the rows."""
+        return {
+            "gold_cited": self.gold_cited,
+            "supported_sentences": self.supported_sentences,
+            "loop_rate": self.loop_rate,
+            "abstained": self.abstained,
+            "off_topic_abstained": self.off_topic_abstained,
+            "answers": float(self.answers),
+            "off_topic": float(self.off_topic),
+            "sentences": float(self.sentences),
+            "seconds_per_answer": self.seconds_per_answer,
+        }
+
+
+def figures(rows: Sequence[AnswerRow]) -> ModeFigures:
+    """The mode's figures: gold_cited, supported_sentences, loop_rate and abstained over the questions
+    with a gold page; off_topic_abstained over those without (the share that abstained)."""
+    gold = [r for r in rows if r.gold_page_id is not None]
+    off = [r for r in rows if r.gold_page_id is None]
+    n = max(len(gold), 1)
+    sentences = sum(r.sentences for r in gold)
+    return ModeFigures(
+        gold_cited=round(sum(r.gold_cited for r in gold) / n, 4),
+        supported_sentences=round(sum(r.supported for r in gold) / sentences, 4) if sentences else 0.0,
+        loop_rate=round(sum(r.looped for r in gold) / n, 4),
+        abstained=round(sum(r.abstained for r in gold) / n, 4),
+        off_topic_abstained=round(sum(r.abstained for r in off) / len(off), 4) if off else 0.0,
+        answers=len(gold),
+        off_topic=len(off),
+        sentences=sentences,
+        seconds_per_answer=round(sum(r.seconds for r in rows) / max(len(rows), 1), 3),
+        rows=list(rows),
+    )
+
+
+async def answer_one(
+    *, pipeline: ChatPipeline, recorder: RecordingRetriever, question: AnswerQuestion, mode: Mode
+) -> AnswerRow:
+    """Run one question through the pipeline and score its answer."""
+    started = time.perf_counter()
+    request = ChatRequest(question=question.question, mode=mode, language=question.language, channel="eval")
+    done: DoneEvent | None = None
+    error: str | None = None
+    async for event in pipeline.run(request):
+        if isinstance(event, DoneEvent):
+            done = event
+        elif isinstance(event, ErrorEvent):
+            error = event.message
+        elif isinstance(event, SourcesEvent):
+            pass
+    seconds = time.perf_counter() - started
+    answer = done.answer if done else ""
+    cited = done.citations if done else []
+    paragraphs = [recorder.texts.get(s.doc_id, "") for s in cited]
+    sentences = [] if done is None or done.abstained else answer_sentences(answer)
+    detector = LoopDetector()
+    detector.feed(answer)
+    cited_pages = list(dict.fromkeys(s.page_id for s in cited))
+    return AnswerRow(
+        id=question.id,
+        mode=mode,
+        question=question.question,
+        gold_page_id=question.gold_page_id,
+        answer=answer,
+        cited_page_ids=cited_pages,
+        gold_cited=question.gold_page_id is not None and question.gold_page_id in cited_pages,
+        sentences=len(sentences),
+        supported=sum(supported(s, paragraphs) for s in sentences),
+        looped=bool(done and done.finish_reason == "loop") or detector.looping,
+        abstained=bool(done and done.abstained),
+        error=error,
+        seconds=round(seconds, 3),
+    )
+
+
+async def evaluate(
+    *,
+    pipeline: ChatPipeline,
+    recorder: RecordingRetriever,
+    questions: Sequence[AnswerQuestion],
+    modes: Sequence[Mode],
+) -> dict[str, ModeFigures]:
+    """Every question in every mode, one at a time; the figures per mode."""
+    out: dict[str, ModeFigures] = {}
+    for mode in modes:
+        rows: list[AnswerRow] = []
+        for q in questions:
+            row = await answer_one(pipeline=pipeline, recorder=recorder, question=q, mode=mode)
+            logger.info(
+                "answered %s in %s mode in %.1f s: gold cited %s, %d/%d sentences supported, loop %s%s",
+                row.id,
+                mode,
+                row.seconds,
+                row.gold_cited,
+                row.supported,
+                row.sentences,
+                row.looped,
+                f", error: {row.error}" if row.error else "",
+            )
+            rows.append(row)
+        out[mode] = figures(rows)
+    return out
+
+
+def load_pages(path: Path = DEFAULT_PAGES) -> list[dict[str, Any]]:
+    """Page records (the content API's shape) from a JSONL file."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass(slots=True)
+class AnswersRun:
+    """What ``run_answers`` measured and with what."""
+
+    modes: dict[str, ModeFigures]
+    questions: int
+    llm: str
+    retrieval: str
+    index_seconds: float
+    seconds: float
+
+    def report(self, *, rows: bool = True) -> dict[str, Any]:
+        """A JSON-ready report."""
+        body: dict[str, Any] = {
+            "questions": self.questions,
+            "llm": self.llm,
+            "retrieval": self.retrieval,
+            "support_threshold": SUPPORT_THRESHOLD,
+            "index_seconds": round(self.index_seconds, 2),
+            "seconds": round(self.seconds, 2),
+            "modes": {m: f.summary() for m, f in self.modes.items()},
+        }
+        if rows:
+            body["answers"] = [_row_json(r) for f in self.modes.values() for r in f.rows]
+        return body
+
+
+def _row_json(row: AnswerRow) -> dict[str, Any]:
+    return {k: getattr(row, k) for k in AnswerRow.__slots__}
+
+
+async def run_answers(
+    *,
+    questions: Sequence[AnswerQuestion],
+    modes: Sequence[Mode],
+    chat_overrides: Mapping[str, Any] | None = None,
+    retriever_url: str | None = None,
+    pages_path: Path = DEFAULT_PAGES,
+    work_dir: Path | None = None,
+) -> AnswersRun:
+    """Build the retrieval (a fresh store of the sample pages, or a running retriever), the LLM when a
+    mode needs one, and the chat pipeline from settings; evaluate every mode."""
+    from ragbot.chat.retriever import EngineRetriever, HttpRetriever
+    from ragbot.definition import load_definition
+    from ragbot.embedders import build_embedders, cached_queries
+    from ragbot.indexing.pipeline import IndexingPipeline, SplitOptions
+    from ragbot.llms import build_llm
+    from ragbot.prompts import PromptLibrary
+    from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+    from ragbot.schemas.pages import Page
+    from ragbot.settings import (
+        get_chat_settings,
+        get_model_settings,
+        get_retriever_settings,
+        get_worker_settings,
+    )
+    from ragbot.stores.embedded import EmbeddedStore
+
+    started = time.perf_counter()
+    base = get_chat_settings()
+    settings = base.model_copy(update=dict(chat_overrides or {}))
+    needs_llm = any(m != "quote" for m in modes)
+    llm = build_llm(settings=settings)
+    if needs_llm:
+        llm.warm_up()
+    index_seconds = 0.0
+    store: EmbeddedStore | None = None
+    try:
+        if retriever_url:
+            inner: Retriever = HttpRetriever(base_url=retriever_url, timeout_s=settings.retriever_timeout_s)
+            retrieval = f"retriever at {retriever_url}"
+        else:
+            model_settings = get_model_settings()
+            definition = load_definition(model_settings.document_definition)
+            embedders = build_embedders(settings=model_settings, definition=definition)
+            for embedder in embedders.values():
+                embedder.warm_up()
+            folder = work_dir or Path(tempfile.mkdtemp(prefix="ragbot-eval-answers-"))
+            store = EmbeddedStore(
+                path=folder / "answers.sqlite3",
+                definition=definition,
+                dimensions={v.name: embedders[v.model].dimension for v in definition.vector_fields},
+            )
+            await store.ensure_ready()
+            worker = get_worker_settings()
+            indexing = IndexingPipeline(
+                definition=definition,
+                embedders=embedders,
+                split=SplitOptions(max_tokens=worker.paragraph_tokens, link_targets=worker.link_targets),
+            )
+            t0 = time.perf_counter()
+            pages = [Page.from_wiki_content(r) for r in load_pages(pages_path)]
+            await indexing.index(pages, store=store)
+            await store.warm_up()
+            index_seconds = time.perf_counter() - t0
+            engine = RetrievalEngine(
+                store=store,
+                embedders=cached_queries(embedders, max_size=model_settings.query_cache_size),
+                definition=definition,
+                defaults=RetrievalDefaults.from_settings(get_retriever_settings()),
+            )
+            inner = EngineRetriever(engine)
+            retrieval = f"{len(pages)} sample pages, models {list(definition.model_names)}, embedded store"
+        recorder = RecordingRetriever(inner, text_field=settings.document_text_field)
+        pipeline = ChatPipeline(
+            llm=llm, retriever=recorder, prompts=PromptLibrary(settings.prompts_dir), settings=settings
+        )
+        results = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
+        await recorder.close()
+    finally:
+        if store is not None:
+            await store.close()
+        await llm.close()
+    return AnswersRun(
+        modes=results,
+        questions=len(questions),
+        llm=f"{llm.backend}:{llm.model}" if needs_llm else "none",
+        retrieval=retrieval,
+        index_seconds=index_seconds,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,55 @@
+"""``make run`` answers in quote mode when the only LLM is the embedded one, unless a mode is set."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from ragbot.dev.servers import EMBEDDED_LLM_MODE
+from ragbot.settings import get_chat_settings, get_ingest_settings, get_retriever_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def run_script(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    for name in ("RAGBOT_CHAT_DEFAULT_MODE", "RAGBOT_CHAT_KOLZCHUT_MODE", "RAGBOT_CHAT_LLM_BACKEND"):
+        monkeypatch.delenv(name, raising=False)
+    spec = importlib.util.spec_from_file_location("ragbot_run_script", ROOT / "scripts" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    caches = (get_chat_settings, get_ingest_settings, get_retriever_settings)
+    for cached in caches:
+        cached.cache_clear()
+    yield module
+    for cached in caches:
+        cached.cache_clear()
+    sys.modules.pop(spec.name, None)
+
+
+def modes(module: ModuleType, tmp_path: Path) -> tuple[str | None, str | None]:
+    get_chat_settings.cache_clear()
+    env = module.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1")
+    return env.get("RAGBOT_CHAT_DEFAULT_MODE"), env.get("RAGBOT_CHAT_KOLZCHUT_MODE")
+
+
+def test_the_embedded_llm_gets_quote_mode(run_script: ModuleType, tmp_path: Path) -> None:
+    assert EMBEDDED_LLM_MODE == "quote"
+    assert modes(run_script, tmp_path) == ("quote", "quote")
+
+
+def test_a_configured_mode_or_another_llm_is_left_alone(
+    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBOT_CHAT_DEFAULT_MODE", "grounded")
+    assert modes(run_script, tmp_path) == ("grounded", "quote")
+    monkeypatch.delenv("RAGBOT_CHAT_DEFAULT_MODE")
+    monkeypatch.setenv("RAGBOT_CHAT_LLM_BACKEND", "ollama")
+    assert modes(run_script, tmp_path) == (None, None)
