@@ -10,11 +10,13 @@ union (targets in ``docs/benchmarks.md``, section "Hebrew"):
   shipped definition, the default fusion, language routing on) and the same with routing off;
 - ``pipeline`` (``bench/hebrew_indexing.py``): ``default_definition_paragraphs_per_s`` (per e5
   engine too) and ``kolzchut_corpus_minutes``;
-- ``settle`` (``bench/hebrew_indexing.py``): ``sample_wiki_settle_s``.
+- ``settle`` (``bench/hebrew_indexing.py``): ``sample_wiki_settle_s``;
+- ``answers`` (``bench/hebrew_answers.py``): ``answers_*`` for the mode ``make run`` uses, with
+  ``quote_answers_*`` and ``grounded_answers_*`` side by side.
 
 ``PARTS`` is the hook for more: a part is a name, a module under ``bench/`` and the function that
 returns its figures (plain or a coroutine function), optionally the keys it contributes (default: every
-scalar it returns). ``bench/hebrew_answers.py``'s ``answers_*`` figures join as one more entry.
+scalar it returns).
 
 Run: ``uv run python bench/hebrew.py [--only e5 quality ...] [--out bench/results/hebrew.json]``
 (data from ``RAGBOT_DATA_DIR`` or ``../shared/data``; Redis and Elasticsearch from
@@ -61,6 +63,7 @@ PARTS: dict[str, Part] = {
     "quality": Part("hebrew_quality"),
     "pipeline": Part("hebrew_indexing", "measure_pipeline"),
     "settle": Part("hebrew_indexing", "measure_settle"),
+    "answers": Part("hebrew_answers"),
 }
 
 
