@@ -36,6 +36,7 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "indexing": [py, "bench/indexing.py"],
         "chat": [py, "bench/chat.py"],
         "security": [py, "bench/security.py"],
+        "operations_tracing": [py, "bench/operations_tracing.py"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"

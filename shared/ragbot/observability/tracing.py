@@ -121,7 +121,10 @@ def instrument_app(app: FastAPI) -> None:
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls=EXCLUDED_URLS, tracer_provider=_state.provider)
+    # No span per ASGI message: a streamed answer sends one per token, which says nothing and costs.
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls=EXCLUDED_URLS, tracer_provider=_state.provider, exclude_spans=["receive", "send"]
+    )
 
 
 def instrument_redis(client: Any) -> None:
