@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from ragbot.http.limits import RATE_LIMITED, rate_limit
+from ragbot.observability.metrics import retrieval_metrics
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot_retriever.deps import EngineDep
 
@@ -33,8 +34,11 @@ class ModelsResponse(BaseModel):
     dependencies=[rate_limit("retrieve")],
 )
 async def retrieve(body: RetrieveRequest, engine: EngineDep) -> RetrieveResponse:
-    """Dense + BM25 retrieval, fused and grouped by page, with debug and timings."""
-    return await engine.retrieve(body)
+    """Dense + BM25 retrieval, fused and grouped by page, with debug and timings (also recorded in
+    ``ragbot_retrieval_stage_seconds``)."""
+    response = await engine.retrieve(body)
+    retrieval_metrics().observe(response.timings_ms)
+    return response
 
 
 @router.get("/models", response_model=ModelsResponse)
