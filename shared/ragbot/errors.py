@@ -10,6 +10,7 @@ it; a route that catches one itself says so. "Retried" is the embedder worker's 
     ├── ConfigurationError          500 with the message                     not retried
     ├── ValidationFailed            422 (``field`` in ``loc``)               not retried
     │   ├── JobNotRetryable         409 (ingest: POST /v1/jobs/{id}/retry)   not retried
+    │   ├── ReconcileRefused        409 (ingest: removes past the guard)     not retried
     │   ├── UploadsRefused          422, one detail per file (ingest)        not retried
     │   └── BodyTooLarge            413 (ingest: a reindex body or line)     not retried
     ├── NotFound                    404                                      not retried
@@ -63,6 +64,10 @@ class ValidationFailed(RagbotError):
 
 class JobNotRetryable(ValidationFailed):
     """Only failed jobs can be re-queued."""
+
+
+class ReconcileRefused(ValidationFailed):
+    """A reconcile would remove more of the index than the guard allows (a truncated list?)."""
 
 
 class UploadsRefused(ValidationFailed):

@@ -89,6 +89,9 @@ class SearchStore(Protocol):
         ``paragraphs_per_model`` stays empty here (``page_state`` has it, per page).
         """
 
+    async def page_revisions(self) -> dict[int, int]:
+        """Every indexed page id with its newest revision, read in one pass (what reconcile compares)."""
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """Every paragraph of a page in paragraph order (score 0)."""
 
@@ -246,3 +249,42 @@ class PageSource(Protocol):
 
     async def fetch(self, *, page_id: int, callback_url: str) -> Page | None:
         """The page, or None when the source says it left scope (404)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One index generation: where it lives (``generation_id``) and what built it.
+
+    ``definition`` is the definition file's JSON the generation was embedded with, ``dimensions`` its
+    vector sizes and ``split`` its paragraph options; all three are None/empty for a generation made
+    before generations existed whose definition was never recorded (``LEGACY`` with no meta).
+    """
+
+    generation_id: str
+    fingerprint: str | None = None
+    definition: Mapping[str, Any] | None = None
+    dimensions: Mapping[str, int] = field(default_factory=dict)
+    split: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Generations(Protocol):
+    """The store's index generations and the pointer to the live one (switched atomically)."""
+
+    async def live(self) -> Generation:
+        """The generation readers should query now."""
+
+    async def get(self, *, generation_id: str) -> Generation | None:
+        """A generation's recorded meta, or None when it was never created (or was dropped)."""
+
+    async def record(self, generation: Generation) -> None:
+        """Store a generation's meta with it (idempotent); makes its indices or file ready to fill."""
+
+    async def switch(self, *, to: str) -> None:
+        """Point readers at generation ``to`` in one atomic step."""
+
+    async def drop(self, *, generation_id: str) -> None:
+        """Delete a generation that is not live: its indices or file and its meta."""
+
+    async def close(self) -> None:
+        """Release connections."""

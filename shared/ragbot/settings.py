@@ -122,6 +122,8 @@ class IngestSettings(SourceSettings):
     # Bulk reindex: largest JSONL body, most pages in one reindex (body lines or wiki listing).
     max_reindex_bytes: int = 2 * 1024 * 1024 * 1024
     max_reindex_pages: int = Field(default=1_000_000, ge=1)
+    # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
+    reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
 class WorkerSettings(BaseSettings):
@@ -146,6 +148,9 @@ class WorkerSettings(BaseSettings):
     # above the longest task. The worker looks for such messages every restore interval.
     visibility_timeout_s: int = Field(default=3600, ge=5)
     unacked_restore_interval_s: int = Field(default=10, ge=1)
+    # After a re-embed switches, the old generation is deleted this much later: long enough for every
+    # retriever to notice the switch (RAGBOT_RETRIEVER_GENERATION_POLL_S) and finish its queries.
+    reembed_drop_after_s: float = Field(default=60.0, ge=0.0)
 
 
 class ContextualSettings(BaseSettings):
@@ -188,6 +193,11 @@ class RetrieverSettings(BaseSettings):
     # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
     store_timeout_s: float = Field(default=10.0, gt=0)
     embed_timeout_s: float = Field(default=30.0, gt=0)
+    # How often the live index generation is looked up (a re-embed's switch is followed this fast).
+    generation_poll_s: float = Field(default=2.0, gt=0)
+    # Fuse only the dense fields whose model serves the question's script (the definition file's
+    # "languages"); a request that names its models is searched as asked. False: every field, always.
+    language_routing: bool = True
 
 
 class LLMSettings(BaseSettings):
@@ -246,8 +256,10 @@ class ChatSettings(LLMSettings):
     history_turns: int = Field(default=3, ge=0, le=100)
     # Answers kept for feedback and Kol-Zchut ratings.
     message_ttl_s: int = Field(default=30 * 86400, ge=60)
+    # Rated or commented answers kept for review and export (GET /v1/feedback), under their own keys.
+    feedback_ttl_s: int = Field(default=365 * 86400, ge=60)
     max_question_chars: int = Field(default=1000, ge=1, le=100000)
-    default_mode: Literal["strict", "grounded", "open"] = "grounded"
+    default_mode: Literal["strict", "grounded", "open", "quote"] = "grounded"
     default_language: Literal["auto", "he", "en"] = "auto"
     # A folder of prompt files (<language>/<name>.txt) overriding the packaged ones, file by file.
     prompts_dir: Path | None = None
@@ -269,9 +281,24 @@ class ChatSettings(LLMSettings):
     rewrite_followups: bool = True
     rewrite_max_tokens: int = Field(default=64, ge=8, le=1024)
     sse_ping_s: float = Field(default=15.0, gt=0)
+    # The quote mode (ragbot.chat.quote, no LLM): sentences quoted at most; the score the best must
+    # reach, else the turn abstains (cosine of the retriever's model, question vs sentence, plus
+    # lexical_weight x the share of the question's tokens the sentence holds, plus the cross-language
+    # bonus when the sentence is not in the question's language: e5-small's cosines across Hebrew and
+    # English run about that much lower); how far below the best another may be; the token share a
+    # sentence needs when the retriever cannot score; the model (empty: the retriever's choice,
+    # multilingual-e5-small when loaded); paragraph characters read. Figures: docs/benchmarks.md.
+    quote_max_sentences: int = Field(default=3, ge=1, le=20)
+    quote_min_score: float = Field(default=0.86, ge=-1.0, le=2.0)
+    quote_margin: float = Field(default=0.04, ge=0.0, le=2.0)
+    quote_lexical_min_score: float = Field(default=0.5, ge=0.0, le=1.0)
+    quote_lexical_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    quote_cross_language_bonus: float = Field(default=0.05, ge=0.0, le=1.0)
+    quote_model: str = ""
+    quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
-    kolzchut_mode: Literal["strict", "grounded", "open"] = "strict"
+    kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"
     available_models: list[str] = Field(default_factory=list)
     models_without_temperature: list[str] = Field(default_factory=list)
     max_num_of_pages: int = Field(default=10, ge=1, le=100)

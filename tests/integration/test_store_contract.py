@@ -343,6 +343,17 @@ async def test_list_pages_walks_every_page_by_id_with_its_newest_revision(store:
     assert [p.page_id for p in await store.list_pages()] == [2, 9, 3000]
 
 
+async def test_page_revisions_lists_every_page_with_its_newest_revision(store: SearchStore) -> None:
+    assert await store.page_revisions() == {}
+    for page_id, revision_id in [(5, 3), (2, 1), (3000, 7), (9, 4), (12_345, 2)]:  # several bucket indices
+        await replace(store, page(page_id, revision_id, 2))
+    await replace(store, page(9, 6, 1))
+    await replace(store, page(2, 1, 3))
+    assert await store.page_revisions() == {2: 1, 5: 3, 9: 6, 3000: 7, 12_345: 2}
+    await store.delete_page(page_id=5)
+    assert await store.page_revisions() == {2: 1, 9: 6, 3000: 7, 12_345: 2}
+
+
 async def _corpus(store: SearchStore) -> dict[str, dict[str, Vector]]:
     """20 pages x 3 paragraphs with random vectors; returns doc id -> vectors."""
     written: dict[str, dict[str, Vector]] = {}

@@ -269,6 +269,8 @@ def test_rate_then_rate_again_with_text_last_write_wins(http: httpx.Client, serv
     assert again.json() == {"answerId": answer_id, "like": False, "text": "לא עזר"}
     saved = record(server, answer_id)
     assert saved["rating"] == "down" and saved["comment"] == "לא עזר" and saved["answer"] == ANSWER
+    [entry] = [e for e in http.get("/v1/feedback").json()["entries"] if e["message_id"] == answer_id]
+    assert (entry["rating"], entry["comment"], entry["answer"]) == ("down", "לא עזר", ANSWER)
     # a field left out keeps its value; one sent replaces it (null withdraws the like)
     text_only = http.post("/kzchatbot/v0/rate", json={"answerId": answer_id, "text": "התשובה לא ברורה"})
     assert text_only.json() == {"answerId": answer_id, "like": False, "text": "התשובה לא ברורה"}

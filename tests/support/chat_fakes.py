@@ -2,7 +2,8 @@
 
 - ``ScriptedLLM``: a ``ChatModel`` whose answer is a function of the messages; it records every call,
   can be slow, fail or hang, and notes when a stream was closed early (client disconnects).
-- ``StaticRetriever``: a ``Retriever`` answering fixed documents (pipeline unit tests).
+- ``StaticRetriever``: a ``Retriever`` answering fixed documents (pipeline unit tests); its sentence
+  similarity is the share of the query's analyzer tokens a text contains.
 - ``FakeOllama`` / ``FakeOpenAI``: real HTTP servers on 127.0.0.1 replaying Ollama's NDJSON stream and
   an OpenAI-compatible SSE stream, so the adapters are tested with their real clients on the wire.
 - ``serve_app``: run an ASGI app with uvicorn in a thread (real HTTP, real disconnects).
@@ -22,9 +23,11 @@ from typing import Any, Self
 
 import uvicorn
 
-from ragbot.errors import DependencyUnavailable, LLMError
+from ragbot.errors import DependencyUnavailable, LLMError, NotFound
 from ragbot.ports import ChatMessage, TokenStream, Usage
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
+from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
+from ragbot.text import analyze
 
 # -- LLM ---------------------------------------------------------------------------------------------
 
@@ -165,6 +168,8 @@ class StaticRetriever:
         self.documents = list(documents)
         self.cosines = list(cosines) if cosines is not None else [0.8] * len(self.documents)
         self.requests: list[RetrieveRequest] = []
+        self.similarity_requests: list[SimilarityRequest] = []
+        self.similarity_down = False  # an older retriever without /v1/similarity, or its model failing
         self.state = "up"
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
@@ -179,10 +184,29 @@ class StaticRetriever:
             documents=docs, debug=dense_debug(docs, [c for _, c in pairs]), timings_ms={"total": 1.0}
         )
 
+    async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:
+        self.similarity_requests.append(request)
+        if self.state == "down" or self.similarity_down:
+            raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
+        wanted = set(analyze(request.query))
+        scores = [len(wanted & set(analyze(t))) / max(len(wanted), 1) for t in request.texts]
+        return SimilarityResponse(model="m", scores=scores)
+
+    async def page(self, page_id: int) -> PageDocuments:
+        if self.state == "down":
+            raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
+        docs = [d for d in self.documents if d["page_id"] == page_id]
+        if not docs:
+            raise NotFound(f"page {page_id} is not indexed")
+        return PageDocuments.model_validate({"page_id": page_id, "documents": docs})
+
     async def model_names(self) -> list[str]:
         return ["m"]
 
     async def ping(self) -> bool:
+        return self.state == "up"
+
+    async def ping_store(self) -> bool:
         return self.state == "up"
 
     async def close(self) -> None:

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from ragbot.chat.retriever import EngineRetriever
 from ragbot.ports import ChatModel
-from ragbot.settings import ChatSettings
+from ragbot.settings import AuthSettings, ChatSettings
 from ragbot_chat.app import assemble, create_app
 from ragbot_chat.deps import Resources
 from support.chat_corpus import build_sample_store, open_engine
@@ -58,9 +58,14 @@ class ChatServer:
 
 @contextmanager
 def chat_server(
-    *, llm: ChatModel, redis_url: str, store: Path | None = None, **settings: Any
+    *,
+    llm: ChatModel,
+    redis_url: str,
+    store: Path | None = None,
+    auth: AuthSettings | None = None,
+    **settings: Any,
 ) -> Iterator[ChatServer]:
-    """Serve the chat app on a free port; its Redis keys are deleted afterwards."""
+    """Serve the chat app on a free port (``auth``: its keys); its Redis keys are deleted afterwards."""
     prefix = f"test-chat-{uuid.uuid4().hex[:12]}"
     chat_settings = ChatSettings(**settings)
     built: list[Resources] = []
@@ -84,7 +89,7 @@ def chat_server(
                 await client.aclose()
 
     try:
-        with serve_app(create_app(resources=resources)) as url:
+        with serve_app(create_app(resources=resources, auth=auth)) as url:
             yield ChatServer(url, prefix, redis_url, chat_settings, llm, built)
     finally:
         client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)

@@ -158,7 +158,8 @@ def _bind_sources(service: dict[str, Any]) -> list[str]:
     sources: list[str] = []
     for volume in service.get("volumes", []):
         if isinstance(volume, str):
-            source = volume.split(":", 1)[0]
+            # A path chosen by a variable (${ES_TOPOLOGY:-single-node}): its default must exist.
+            source = interpolate(volume, {})[0].split(":", 1)[0]
             if source.startswith((".", "/", "~")):
                 sources.append(source)
         elif volume.get("type") == "bind":
@@ -287,3 +288,113 @@ def test_only_chat_and_ingest_are_published_and_require_keys(services: dict[str,
     for name in ("ingest", "retriever", "chat"):
         assert "RAGBOT_AUTH_KEYS" in services[name]["environment"], name
     assert "RAGBOT_CHAT_SERVICE_KEY" in services["chat"]["environment"]
+
+
+# --- the cluster profile ---------------------------------------------------------------------------
+
+CLUSTER_ENV = ROOT / "deploy" / "compose" / "cluster.env"
+ES_CONFIG = ROOT / "deploy" / "elasticsearch"
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    pairs = [line.split("=", 1) for line in lines if line and not line.startswith("#")]
+    return {key: value for key, value in pairs}
+
+
+def _rendered(env: dict[str, str]) -> dict[str, Any]:
+    text, missing = interpolate(
+        COMPOSE.read_text(encoding="utf-8"), {**dict.fromkeys(REQUIRED_VARIABLES, "x"), **env}
+    )
+    assert missing == set()
+    loaded = yaml.safe_load(text)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _active(compose: dict[str, Any], profiles: set[str]) -> dict[str, dict[str, Any]]:
+    return {
+        n: s
+        for n, s in compose["services"].items()
+        if set(s.get("profiles", [])) <= profiles or not s.get("profiles")
+    }
+
+
+def _es_nodes(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        n: s
+        for n, s in services.items()
+        if "elasticsearch/elasticsearch:" in s.get("image", "") and "node.name" in s.get("environment", {})
+    }
+
+
+def _mounted_config(service: dict[str, Any]) -> dict[str, Any]:
+    [source] = [v.split(":")[0] for v in service["volumes"] if v.endswith("/config/elasticsearch.yml:ro")]
+    loaded = yaml.safe_load((ROOT / source).read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_default_stack_is_one_single_node_elasticsearch_and_one_worker() -> None:
+    services = _active(_rendered({}), set())
+    nodes = _es_nodes(services)
+    assert set(nodes) == {"elasticsearch"}
+    assert _mounted_config(nodes["elasticsearch"])["discovery.type"] == "single-node"
+    assert str(services["embedder"]["deploy"]["replicas"]) == "1"
+    env = services["ingest"]["environment"]
+    assert (str(env["RAGBOT_STORE_ES_SHARDS"]), str(env["RAGBOT_STORE_ES_REPLICAS"])) == ("1", "0")
+
+
+def test_cluster_profile_is_three_nodes_with_one_replica_and_two_workers(tmp_path: Path) -> None:
+    env = _env_file(CLUSTER_ENV)
+    assert env["COMPOSE_PROFILES"] == "cluster"
+    compose = _rendered(env)
+    rendered = tmp_path / "compose.yaml"
+    rendered.write_text(yaml.safe_dump(compose), encoding="utf-8")
+    result = check_schema(rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    services = _active(compose, {"cluster"})
+    nodes = _es_nodes(services)
+    assert set(nodes) == {"elasticsearch", "es-node-2", "es-node-3"}
+    names = {s["environment"]["node.name"] for s in nodes.values()}
+    assert names == set(nodes), "node.name must be the service name (the seed hosts resolve it)"
+    data = {
+        v.split(":")[0]
+        for s in nodes.values()
+        for v in s["volumes"]
+        if v.endswith("/usr/share/elasticsearch/data")
+    }
+    assert len(data) == 3, "each node needs its own data volume"
+    assert data <= set(compose["volumes"])
+    for name, node in nodes.items():
+        config = _mounted_config(node)
+        assert "discovery.type" not in config, name
+        assert set(config["discovery.seed_hosts"]) == set(nodes)
+        assert set(config["cluster.initial_master_nodes"]) == set(nodes)
+        # Security on requires transport TLS on a multi-node cluster: the es-certs job writes the files.
+        assert config["xpack.security.transport.ssl.enabled"] is True
+        assert str(node["environment"]["xpack.security.enabled"]).lower() == "true"
+        assert "es-certs:/usr/share/elasticsearch/config/certs:ro" in node["volumes"]
+        assert node["depends_on"]["es-certs"]["condition"] == "service_completed_successfully"
+        assert node["healthcheck"]["test"], name
+    certs = services["es-certs"]
+    assert certs["restart"] == "no" and certs["profiles"] == ["cluster"]
+    script = certs["command"][-1]
+    # certutil --pem zips hold ca/ca.crt and <name>/<name>.crt|.key; both are unzipped into certs/.
+    named = {
+        _mounted_config(nodes["es-node-2"])[f"xpack.security.transport.ssl.{k}"]
+        for k in ("certificate_authorities", "certificate", "key")
+    }
+    assert named == {"certs/ca/ca.crt", "certs/transport/transport.crt", "certs/transport/transport.key"}
+    assert "--name transport" in script and "--ca-cert config/certs/ca/ca.crt" in script
+    assert script.count("-d config/certs") == 2
+
+    ragbot_env = services["embedder"]["environment"]
+    assert (
+        str(ragbot_env["RAGBOT_STORE_ES_SHARDS"]) == "3"
+        and str(ragbot_env["RAGBOT_STORE_ES_REPLICAS"]) == "1"
+    )
+    hosts = {h.split("//")[1].split(":")[0] for h in ragbot_env["RAGBOT_STORE_ES_URL"].split(",")}
+    assert hosts == set(nodes), "every service must know every node, to survive the loss of one"
+    assert str(services["embedder"]["deploy"]["replicas"]) == "2"

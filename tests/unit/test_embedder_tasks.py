@@ -16,7 +16,7 @@ from ragbot.messaging.jobs import JobStore
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import INDEX_PAGE_TASK, IndexPage, PageDeleted, PageIndexed
+from ragbot.schemas.messages import INDEX_PAGE_TASK, DeletePage, IndexPage, PageDeleted, PageIndexed
 from ragbot.schemas.pages import Page, PageState
 from ragbot.settings import WorkerSettings
 from ragbot_embedder import service
@@ -112,9 +112,7 @@ async def test_event_failure_does_not_fail_the_delete(world: World) -> None:
         raise DependencyUnavailable("down", dependency="redis")
 
     world.events.publish = broken  # type: ignore[method-assign]
-    outcome = await service.delete_page(
-        ctx=world.ctx, command=cast(Any, type("C", (), {"page_id": 7, "job_id": "j"}))
-    )
+    outcome = await service.delete_page(ctx=world.ctx, command=DeletePage(page_id=7, job_id="j"))
     assert outcome.state is JobState.done
 
 

@@ -93,6 +93,18 @@ def test_retrieve_answers_documents_debug_and_timings(client: TestClient) -> Non
     assert "x-request-id" in r.headers
 
 
+def test_a_page_is_read_whole_in_paragraph_order_and_an_unknown_one_is_404(client: TestClient) -> None:
+    r = client.get("/v1/pages/2")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["page_id"] == 2
+    assert [d["_id"] for d in body["documents"]] == ["2-1-0", "2-1-1", "2-1-2"]
+    assert [d["content"] for d in body["documents"]] == ["text 0", "text 1", "text 2"]
+    assert all(not key.endswith("_vectors") for d in body["documents"] for key in d)
+    missing = client.get("/v1/pages/99")
+    assert missing.status_code == 404 and "99" in missing.json()["detail"]
+
+
 def test_models_lists_dimensions_and_vector_fields(client: TestClient) -> None:
     r = client.get("/v1/models")
     assert r.status_code == 200

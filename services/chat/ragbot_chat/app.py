@@ -16,19 +16,21 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from ragbot.chat.admission import AdmissionGate
+from ragbot.chat.feedback import FeedbackLog
 from ragbot.chat.kolzchut import ConfigStore, default_config
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
-from ragbot.http.app import create_service_app
+from ragbot.http.app import create_service_app, package_version
 from ragbot.llms import build_llm
 from ragbot.messaging.redis import build_redis
 from ragbot.observability.tracing import traced_llm
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import AuthSettings, ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
-from ragbot_chat import widget
+from ragbot_chat import kolzchut_pages, widget
 from ragbot_chat.deps import Resources
+from ragbot_chat.mcp_server import ChatMcp
 from ragbot_chat.routes import ROUTERS, route_auth
 from ragbot_chat.ui import install_ui
 
@@ -77,6 +79,7 @@ def assemble(
         llm=llm,
         retriever=retriever,
         store=store,
+        feedback=FeedbackLog(client=redis_client, prefix=key_prefix, ttl_s=settings.feedback_ttl_s),
         configs=configs,
         prompts=prompts,
         pipeline=pipeline,
@@ -117,6 +120,7 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
 
 def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings | None = None) -> FastAPI:
     """The chat app; ``resources`` and ``auth`` replace the composition root and the auth settings."""
+    mcp = ChatMcp(version=package_version(SERVICE))
     app = create_service_app(
         service=SERVICE,
         resources=resources or default_resources,
@@ -129,7 +133,10 @@ def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings 
         json_exempt_prefixes=(widget.PREFIX,),  # the widget answers bad bodies in Hebrew, its protocol
         route_auth=route_auth,
         auth=auth,
+        lifespans=(mcp.running,),
     )
+    mcp.mount(app)
     widget.install(app)
     install_ui(app)
+    app.include_router(kolzchut_pages.router)
     return app

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ragbot.chat.admission import AdmissionGate
+from ragbot.chat.feedback import FeedbackLog
 from ragbot.chat.kolzchut import ConfigStore
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
@@ -26,6 +27,7 @@ class Resources:
     llm: ChatModel
     retriever: Retriever
     store: ChatStore
+    feedback: FeedbackLog
     configs: ConfigStore
     prompts: PromptLibrary
     pipeline: ChatPipeline

@@ -5,33 +5,95 @@
 - ``GET /get_config``, ``POST /set_config``   the live configuration, and replacing it
 - ``GET /get_models_version``         the models behind the answers
 - ``GET|POST /get_config_metadata``   what the admin page may choose
+- ``POST /search/stream``             ``/search`` as SSE: ``sources``, ``token``s, ``done`` or ``error``
+- ``POST /clean_redis_history``       the admin page's danger zone: every stored conversation deleted
+- ``GET /ping/{redis,llm_manager,es_docker}``   the admin page's health lights (200 or 503)
+
+The pages that call them (``/admin.html``, ``/index.html``, ``/batch-runner.html``) are
+``kolzchut_pages``.
 
 Field names are KZChatbot's exactly; the widget (``widget.py``) answers through ``kolzchut_search`` too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ragbot.chat.admission import Slot
 from ragbot.chat.citations import unique_pages
-from ragbot.chat.events import ChatRequest, PromptOverrides
-from ragbot.chat.kolzchut import KolZchutConfig, KolZchutConfigIn, RatingRequest, SearchRequest, page_plan
+from ragbot.chat.events import (
+    ChatRequest,
+    DoneEvent,
+    ErrorEvent,
+    PromptOverrides,
+    SourcesEvent,
+    TokenEvent,
+)
+from ragbot.chat.kolzchut import (
+    SEARCH_STREAM_EVENTS,
+    DocLink,
+    HistoryCleaned,
+    KolZchutConfig,
+    KolZchutConfigIn,
+    PingResult,
+    PingService,
+    RatingRequest,
+    SearchRequest,
+    StreamDone,
+    StreamError,
+    StreamSources,
+    StreamToken,
+    page_plan,
+    rating_from_query,
+)
 from ragbot.chat.schemas import Rating
 from ragbot.chat.sessions import new_id
-from ragbot.errors import DependencyUnavailable, ValidationFailed
+from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
 from ragbot.http.limits import rate_limit
 from ragbot.http.responses import ErrorBody
 from ragbot.prompts import detect_language
 from ragbot.schemas.limits import MAX_PAGE_ID
 from ragbot_chat.deps import Resources, ResourcesDep
-from ragbot_chat.service import LIMITED_RESPONSES, collect, error_status, run_and_store, sources_json
-from ragbot_chat.sse import CLIENT_GONE, unless_disconnected
+from ragbot_chat.service import (
+    LIMITED_RESPONSES,
+    collect,
+    error_status,
+    record_feedback,
+    run_and_store,
+    sources_json,
+)
+from ragbot_chat.sse import CLIENT_GONE, event_stream, sse, unless_disconnected
 
+logger = logging.getLogger(__name__)
 router = APIRouter(tags=["kolzchut"])
+
+
+def inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with every ``#/$defs/...`` reference replaced by its definition (no components needed)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return inline_refs(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: inline_refs(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [inline_refs(v, defs) for v in schema]
+    return schema
+
+
+def stream_event_schemas() -> list[dict[str, Any]]:
+    """The JSON Schema of each ``/search/stream`` event's ``data``, self-contained, for the OpenAPI."""
+    schemas = []
+    for model in SEARCH_STREAM_EVENTS:
+        raw = model.model_json_schema()
+        schemas.append(inline_refs(raw, raw.get("$defs", {})))
+    return schemas
 
 
 # -- use cases ---------------------------------------------------------------------------------------
@@ -50,14 +112,10 @@ def first_forwarded(forwarded_for: str | None) -> str | None:
     return forwarded_for.split(",")[0].strip()[:64] if forwarded_for else None
 
 
-async def kolzchut_search(
-    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
-) -> tuple[int, dict[str, Any]]:
-    """Answer KZChatbot's ``/search``: (status code, body) with exactly its field names."""
-    started = time.perf_counter()
-    config = await res.configs.get()
+def search_request(*, res: Resources, body: SearchRequest, config: KolZchutConfig) -> ChatRequest:
+    """The pipeline's request for a KZChatbot question under the live config (the question checked)."""
     question = res.pipeline.check_question(body.query, field_name="query")
-    request = ChatRequest(
+    return ChatRequest(
         question=question,
         mode=res.settings.kolzchut_mode,
         language=detect_language(question),
@@ -78,23 +136,27 @@ async def kolzchut_search(
         ),
         banned_fields=config.banned_fields,
     )
-    conversation_id = new_id()
-    asked_from = None if body.asked_from is None else str(body.asked_from)
-    slot = await res.admission.acquire()  # LLMBusy: 503 + Retry-After at once when the queue is full
-    try:
-        sources, done, error = await collect(
-            run_and_store(
-                res=res,
-                request=request,
-                message_id=conversation_id,
-                session_id=None,
-                asked_from=asked_from,
-                forwarded_for=forwarded_for,
-            )
-        )
-    finally:
-        slot.release()
-    docs = [{"title": s.title, "url": s.url} for s in unique_pages(sources.sources if sources else [])]
+
+
+def doc_links(sources: SourcesEvent | None) -> list[dict[str, Any]]:
+    """The pages of the sources, once each, as KZChatbot's ``docs``."""
+    return [{"title": s.title, "url": s.url} for s in unique_pages(sources.sources if sources else [])]
+
+
+def search_payload(
+    *,
+    res: Resources,
+    body: SearchRequest,
+    request: ChatRequest,
+    config: KolZchutConfig,
+    conversation_id: str,
+    sources: SourcesEvent | None,
+    done: DoneEvent | None,
+    error: ErrorEvent | None,
+    started: float,
+) -> tuple[int, dict[str, Any]]:
+    """``/search``'s (status code, body) for a finished turn, with exactly KZChatbot's field names."""
+    docs = doc_links(sources)
     if error is not None:
         return error_status(error), {
             "detail": error.message,
@@ -124,7 +186,7 @@ async def kolzchut_search(
                 "timings_ms": done.timings_ms,
                 "retrieval": debug.get("retrieval"),
             },
-            original_question=question,
+            original_question=request.question,
             rephrased_question=rewrite.get("rewritten"),
             response_time=round(time.perf_counter() - started, 3),
             rephrase_time=None if not rewrite else round(float(rewrite.get("time_ms", 0.0)) / 1000.0, 3),
@@ -132,11 +194,109 @@ async def kolzchut_search(
     return 200, payload
 
 
+async def kolzchut_search(
+    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    """Answer KZChatbot's ``/search``: (status code, body) with exactly its field names."""
+    started = time.perf_counter()
+    config = await res.configs.get()
+    request = search_request(res=res, body=body, config=config)
+    conversation_id = new_id()
+    asked_from = None if body.asked_from is None else str(body.asked_from)
+    slot = await res.admission.acquire()  # LLMBusy: 503 + Retry-After at once when the queue is full
+    try:
+        sources, done, error = await collect(
+            run_and_store(
+                res=res,
+                request=request,
+                message_id=conversation_id,
+                session_id=None,
+                asked_from=asked_from,
+                forwarded_for=forwarded_for,
+            )
+        )
+    finally:
+        slot.release()
+    return search_payload(
+        res=res,
+        body=body,
+        request=request,
+        config=config,
+        conversation_id=conversation_id,
+        sources=sources,
+        done=done,
+        error=error,
+        started=started,
+    )
+
+
+async def kolzchut_search_stream(
+    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
+) -> tuple[AsyncIterator[bytes], Slot]:
+    """``/search/stream``: the same turn as ``/search`` as typed SSE events, and the LLM slot it holds."""
+    started = time.perf_counter()
+    config = await res.configs.get()
+    request = search_request(res=res, body=body, config=config)
+    conversation_id = new_id()
+    asked_from = None if body.asked_from is None else str(body.asked_from)
+    slot = await res.admission.acquire()
+    events = run_and_store(
+        res=res,
+        request=request,
+        message_id=conversation_id,
+        session_id=None,
+        asked_from=asked_from,
+        forwarded_for=forwarded_for,
+    )
+
+    async def chunks() -> AsyncIterator[bytes]:
+        sources: SourcesEvent | None = None
+        async for event in events:
+            if isinstance(event, SourcesEvent):
+                sources = event
+                debug = event.debug if body.include_debug_data else {}
+                rewrite = debug.get("rewrite") or {}
+                first = StreamSources(
+                    conversation_id=conversation_id,
+                    docs=[DocLink.model_validate(d) for d in doc_links(event)],
+                    rephrased_question=rewrite.get("rewritten") if body.include_debug_data else None,
+                    docs_before_filter=debug.get("docs_before_filter") if body.include_debug_data else None,
+                )
+                yield sse("sources", first.model_dump(mode="json"))
+            elif isinstance(event, TokenEvent):
+                yield sse("token", StreamToken(text=event.text).model_dump(mode="json"))
+            else:
+                status, payload = search_payload(
+                    res=res,
+                    body=body,
+                    request=request,
+                    config=config,
+                    conversation_id=conversation_id,
+                    sources=sources,
+                    done=event if isinstance(event, DoneEvent) else None,
+                    error=event if isinstance(event, ErrorEvent) else None,
+                    started=started,
+                )
+                if status == 200:
+                    yield sse("done", StreamDone(**payload).model_dump(mode="json"))
+                else:
+                    failed = StreamError(
+                        detail=payload["detail"],
+                        dependency=payload["dependency"],
+                        status=status,
+                        docs=payload["docs"],
+                    )
+                    yield sse("error", failed.model_dump(mode="json"))
+
+    return chunks(), slot
+
+
 async def kolzchut_rate(*, res: Resources, body: RatingRequest) -> dict[str, Any]:
     """Record a like/dislike on a conversation (404 for unknown ids: the extension shows the status)."""
     rating: Rating | None = None if body.like is None else ("up" if body.like else "down")
-    await res.store.set_feedback(body.conversation_id, rating=rating, comment=body.free_text)
-    res.pipeline.metrics.feedback.labels("kolzchut", rating or "none").inc()
+    await record_feedback(
+        res=res, message_id=body.conversation_id, rating=rating, comment=body.free_text, channel="kolzchut"
+    )
     return {"conversation_id": body.conversation_id, "like": body.like, "free_text": body.free_text}
 
 
@@ -148,6 +308,38 @@ async def kolzchut_get_config(*, res: Resources) -> KolZchutConfig:
 async def kolzchut_set_config(*, res: Resources, body: KolZchutConfigIn) -> KolZchutConfig:
     """Validate and store a new configuration version; the next search uses it."""
     return await res.configs.set(body)
+
+
+async def clean_history(*, res: Resources) -> HistoryCleaned:
+    """The danger zone: every stored conversation and answer goes (ratings on them can no longer come)."""
+    sessions, messages = await res.store.clear_history()
+    logger.warning("conversation history cleaned", extra={"sessions": sessions, "messages": messages})
+    return HistoryCleaned(sessions=sessions, messages=messages)
+
+
+PING_TIMEOUT_S = 5.0
+PINGS: dict[PingService, tuple[str, Callable[[Resources], Awaitable[bool]]]] = {
+    "redis": ("Redis (conversations and the config)", lambda res: res.store.ping()),
+    "llm_manager": ("the LLM", lambda res: res.llm.ping()),
+    "es_docker": ("the search store, through the retriever", lambda res: res.retriever.ping_store()),
+}
+
+
+async def ping_service(*, res: Resources, service: PingService) -> PingResult:
+    """Whether one dependency answers within ``PING_TIMEOUT_S``, and how long it took."""
+    what, check = PINGS[service]
+    started = time.perf_counter()
+    try:
+        alive = await asyncio.wait_for(check(res), timeout=PING_TIMEOUT_S)
+        detail = f"{what} answered" if alive else f"{what} is not answering"
+    except TimeoutError:
+        alive, detail = False, f"{what} did not answer within {PING_TIMEOUT_S:g} s"
+    except RagbotError as exc:
+        alive, detail = False, f"{what}: {exc}"
+    if service == "llm_manager":
+        detail = f"{detail} ({res.llm.backend}, {res.llm.model})"
+    elapsed = round((time.perf_counter() - started) * 1000.0, 2)
+    return PingResult(service=service, status="ok" if alive else "down", detail=detail, elapsed_ms=elapsed)
 
 
 async def kolzchut_models_version(*, res: Resources) -> list[str]:
@@ -183,10 +375,72 @@ async def search(
     return JSONResponse(payload, status_code=status)
 
 
+@router.post(
+    "/search/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: `sources`, `token`s, then `done` or `error`",
+            "content": {"text/event-stream": {"schema": {"oneOf": stream_event_schemas()}}},
+        },
+        **LIMITED_RESPONSES,
+    },
+    dependencies=[rate_limit("search")],
+)
+async def search_stream(
+    body: SearchRequest,
+    res: ResourcesDep,
+    forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
+) -> StreamingResponse:
+    """The testing page's streamed question: ``/search``'s turn as typed events (``done`` is its body)."""
+    chunks, slot = await kolzchut_search_stream(
+        res=res, body=body, forwarded_for=first_forwarded(forwarded_for)
+    )
+    return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
+
+
 @router.post("/rating", responses={404: {"model": ErrorBody, "description": "no such conversation_id"}})
-async def rating(body: RatingRequest, res: ResourcesDep) -> dict[str, Any]:
-    """Like, dislike or withdraw on a conversation; unknown ids are 404."""
+async def rating(
+    res: ResourcesDep,
+    body: RatingRequest | None = None,
+    thread_id: str | None = Query(default=None, max_length=200, description="the conversation (query form)"),
+    conversation_id: str | None = Query(default=None, max_length=200, description="thread_id's other name"),
+    score: float | None = Query(default=None, description="> 0 like, <= 0 dislike, none withdraws"),
+    free_text: str | None = Query(default=None, max_length=5000),
+) -> dict[str, Any]:
+    """Like, dislike or withdraw on a conversation, as a JSON body or ``?thread_id=…&score=…`` (a body
+    wins); unknown ids are 404."""
+    if body is None:
+        body = rating_from_query(
+            thread_id=thread_id, conversation_id=conversation_id, score=score, free_text=free_text
+        )
     return await kolzchut_rate(res=res, body=body)
+
+
+@router.post("/clean_redis_history", response_model=HistoryCleaned)
+async def clean_redis_history(res: ResourcesDep) -> HistoryCleaned:
+    """Delete every stored conversation and answer (admin; any body is ignored)."""
+    return await clean_history(res=res)
+
+
+def _ping_route(service: PingService) -> Callable[[Resources], Awaitable[JSONResponse]]:
+    async def ping(res: ResourcesDep) -> JSONResponse:
+        result = await ping_service(res=res, service=service)
+        return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.status == "ok" else 503)
+
+    ping.__doc__ = f"Whether {PINGS[service][0]} answers: 200, or 503 when it does not."
+    return ping
+
+
+for _service in PINGS:
+    router.add_api_route(
+        f"/ping/{_service}",
+        _ping_route(_service),
+        methods=["GET"],
+        response_model=PingResult,
+        responses={503: {"model": PingResult, "description": "the dependency is not answering"}},
+        name=f"ping_{_service}",
+    )
 
 
 @router.get("/get_config", response_model=KolZchutConfig)
@@ -207,7 +461,8 @@ async def get_models_version(res: ResourcesDep) -> list[str]:
     return await kolzchut_models_version(res=res)
 
 
-@router.api_route("/get_config_metadata", methods=["GET", "POST"])
+@router.get("/get_config_metadata", operation_id="get_config_metadata")
+@router.post("/get_config_metadata", operation_id="post_config_metadata")  # KZChatbot POSTs it too
 async def get_config_metadata(res: ResourcesDep) -> dict[str, Any]:
     """What the admin page may choose: models, temperature and page-count options, field types."""
     return res.configs.metadata()

@@ -42,6 +42,7 @@ from ragbot_chat.service import (
     LIMITED_RESPONSES,
     collect_while_connected,
     error_status,
+    record_feedback,
     run_and_store,
     sources_json,
 )
@@ -90,8 +91,9 @@ async def start_message(
 
 async def give_feedback(*, res: Resources, message_id: str, body: FeedbackCreate) -> FeedbackView:
     """Record thumbs up/down on an answer (404 for unknown ids)."""
-    record = await res.store.set_feedback(message_id, rating=body.rating, comment=body.comment)
-    res.pipeline.metrics.feedback.labels("api", body.rating or "none").inc()
+    record = await record_feedback(
+        res=res, message_id=message_id, rating=body.rating, comment=body.comment, channel="api"
+    )
     return FeedbackView(message_id=record.message_id, rating=record.rating, comment=record.comment)
 
 

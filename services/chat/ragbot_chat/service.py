@@ -14,7 +14,7 @@ from typing import Any
 
 from ragbot.chat.admission import Slot
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent, ErrorEvent, SourcesEvent
-from ragbot.chat.schemas import Source, Turn
+from ragbot.chat.schemas import CitedSource, Rating, Source, Turn
 from ragbot.chat.sessions import MessageRecord, now_iso
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.limits import RATE_LIMITED, RETRY_AFTER_HEADER
@@ -78,6 +78,8 @@ async def store_answer(
     """Keep the answer for feedback, and the turn in its session for follow-ups."""
     stamp = now_iso()
     cited_pages = list(dict.fromkeys(s.page_id for s in done.citations))
+    first = {s.page_id: s for s in reversed(done.citations)}
+    sources = [CitedSource(page_id=p, title=first[p].title, url=first[p].url) for p in cited_pages]
     await res.store.save_message(
         MessageRecord(
             message_id=message_id,
@@ -91,6 +93,7 @@ async def store_answer(
             mode=request.mode,
             abstained=done.abstained,
             cited_page_ids=cited_pages,
+            cited_sources=sources,
             created_at=stamp,
         )
     )
@@ -108,6 +111,16 @@ async def store_answer(
                 created_at=stamp,
             ),
         )
+
+
+async def record_feedback(
+    *, res: Resources, message_id: str, rating: Rating | None, comment: str | None, channel: str
+) -> MessageRecord:
+    """Store feedback on the answer and keep it in the review log, which outlives the answer's record."""
+    record = await res.store.set_feedback(message_id, rating=rating, comment=comment)
+    res.pipeline.metrics.feedback.labels(channel, rating or "none").inc()
+    await res.feedback.keep(record)
+    return record
 
 
 async def collect(

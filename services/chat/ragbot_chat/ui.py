@@ -142,7 +142,8 @@ def ingest_allowed(method: str, path: str) -> bool:
     return any(m == method and pattern.fullmatch(path) for m, pattern in INGEST_ROUTES)
 
 
-@api_router.api_route("/ingest/{path:path}", methods=["GET", "POST"])
+@api_router.get("/ingest/{path:path}", operation_id="get_ingest_proxy")
+@api_router.post("/ingest/{path:path}", operation_id="post_ingest_proxy")
 async def ingest_proxy(path: str, request: Request, res: ResourcesDep, proxy: ProxyDep) -> Response:
     """Uploads, jobs, retries and the page list, forwarded to the ingest service."""
     if not ingest_allowed(request.method, path):

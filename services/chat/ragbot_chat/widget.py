@@ -54,6 +54,7 @@ from ragbot.http.limits import rate_limit
 from ragbot.observability.http import retry_after_headers
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.kolzchut import first_forwarded, kolzchut_search
+from ragbot_chat.service import record_feedback
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +159,9 @@ async def widget_rate(*, res: Resources, body: RateRequest) -> RateResult:
         if "text" not in body.model_fields_set:
             text = stored.comment
     rating: Rating | None = None if like is None else ("up" if like else "down")
-    record = await res.store.set_feedback(body.answerId, rating=rating, comment=text)
-    res.pipeline.metrics.feedback.labels("widget", rating or "none").inc()
+    record = await record_feedback(
+        res=res, message_id=body.answerId, rating=rating, comment=text, channel="widget"
+    )
     return RateResult(
         answerId=record.message_id,
         like=None if record.rating is None else record.rating == "up",

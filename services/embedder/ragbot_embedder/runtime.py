@@ -25,6 +25,7 @@ from ragbot.indexing.contextual import Contextualizer, RedisContextCache
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.redis import build_redis
+from ragbot.messaging.reembed import ReembedStates, generation_of, split_options, worker_max_tokens
 from ragbot.observability.metrics import worker_metrics
 from ragbot.observability.tracing import traced_llm
 from ragbot.ports import Embedder
@@ -45,6 +46,8 @@ from ragbot.settings import (
     get_worker_settings,
 )
 from ragbot.sources.wiki import WikiPageSource
+from ragbot.stores.generations import build_generations
+from ragbot_embedder.generations import WorkerGenerations, adopt_live
 from ragbot_embedder.service import IndexingContext
 
 logger = logging.getLogger(__name__)
@@ -60,6 +63,14 @@ class Runtime:
     loop: asyncio.AbstractEventLoop
     redis: Redis
     source: WikiPageSource | None = None
+    generations: WorkerGenerations | None = None
+
+    async def contexts_for(self, command: object) -> list[IndexingContext]:
+        """The contexts (one per index generation) a command runs in; ``ctx`` alone without generations."""
+        if self.generations is None:
+            return [self.ctx]
+        target = getattr(command, "generation", None)
+        return await self.generations.contexts(generation=target if isinstance(target, str) else None)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine to completion on this process's loop (tasks are synchronous to Celery)."""
@@ -69,6 +80,8 @@ class Runtime:
         """Release the store, HTTP client, Redis and models."""
         try:
             self.run(self.ctx.store.close())
+            if self.generations is not None:
+                self.run(self.generations.close())
             if self.source is not None:
                 self.run(self.source.aclose())
             self.run(self.redis.aclose())
@@ -135,9 +148,8 @@ def build_runtime(
         if contextual.contextual_retrieval
         else None
     )
-    max_tokens = worker_settings.paragraph_tokens
-    if contextualizer is not None:  # room for the context in the model's input
-        max_tokens = max(16, max_tokens - contextual.contextual_max_tokens)
+    # Room for the context in the model's input when contextual retrieval is on.
+    max_tokens = worker_max_tokens(worker=worker_settings, contextual=contextual)
     ctx = IndexingContext(
         definition=definition,
         embedders=embedders,
@@ -152,8 +164,25 @@ def build_runtime(
         contextualizer=contextualizer,
     )
     runtime = Runtime(ctx=ctx, settings=worker_settings, loop=loop, redis=redis, source=source)
+    configured = generation_of(
+        definition,
+        dimensions=dimensions,
+        split=split_options(max_tokens=max_tokens, link_targets=worker_settings.link_targets),
+    )
+    generations = build_generations(store_settings)
+    ctx.generations = generations
+    runtime.generations = WorkerGenerations(
+        template=ctx,
+        configured=configured,
+        generations=generations,
+        states=ReembedStates(redis=redis, key_prefix=redis_settings.key_prefix),
+        store_settings=store_settings,
+        embedders_for=lambda d: build_embedders(settings=model_settings, definition=d),
+    )
     try:
-        runtime.run(ctx.ready_store())
+        runtime.run(adopt_live(generations=generations, configured=configured))
+        [runtime.ctx, *_] = runtime.run(runtime.generations.contexts(generation=None))
+        runtime.run(runtime.ctx.ready_store())
     except RagbotError as exc:  # start anyway: every task retries store errors with backoff
         logger.warning("store not ready at start: %s", exc)
     logger.info(

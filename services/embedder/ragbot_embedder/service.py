@@ -31,9 +31,17 @@ from ragbot.indexing.pipeline import DEFAULT_BATCH_PARAGRAPHS, IndexingHooks, In
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.observability.metrics import WorkerMetrics
-from ragbot.ports import Embedder, PageSource, SearchStore
+from ragbot.ports import Embedder, Generations, PageSource, SearchStore
 from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import DeletePage, IndexPage, IndexPages, PageDeleted, PageIndexed, PageRef
+from ragbot.schemas.messages import (
+    DeletePage,
+    DropGeneration,
+    IndexPage,
+    IndexPages,
+    PageDeleted,
+    PageIndexed,
+    PageRef,
+)
 from ragbot.schemas.pages import Page, PageState
 
 logger = logging.getLogger(__name__)
@@ -56,6 +64,7 @@ class IndexingContext:
     fetch_concurrency: int = 4
     contextualizer: Contextualizer | None = None
     store_ready: bool = field(default=False)
+    generations: Generations | None = None
 
     @property
     def pipeline(self) -> IndexingPipeline:
@@ -358,7 +367,16 @@ async def delete_page(*, ctx: IndexingContext, command: DeletePage, final: bool 
     removed = await _remove(
         ctx=ctx, store=store, page_id=command.page_id, reason="deleted", job_id=command.job_id
     )
-    return Outcome(JobState.done, f"removed {removed} paragraphs")
+    progress = {"total": 1, "done": 1, "failed": 0} if command.parent_job_id else None
+    return Outcome(JobState.done, f"removed {removed} paragraphs", progress=progress)
+
+
+async def drop_generation(*, ctx: IndexingContext, command: DropGeneration, final: bool = True) -> Outcome:
+    """Delete an index generation a re-embed switched away from (refused while it is live)."""
+    if ctx.generations is None:
+        return Outcome(JobState.skipped, "this worker has no index generations")
+    await ctx.generations.drop(generation_id=command.generation)
+    return Outcome(JobState.done, f"dropped generation {command.generation}")
 
 
 async def _page_of(*, ctx: IndexingContext, command: IndexPage) -> Page | None:

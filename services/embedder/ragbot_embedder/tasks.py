@@ -1,5 +1,5 @@
-"""The Celery tasks ``embedder.index_page``, ``embedder.index_pages`` and ``embedder.delete_page``:
-validation, retries, dead letters.
+"""The Celery tasks ``embedder.index_page``, ``embedder.index_pages``, ``embedder.delete_page`` and
+``embedder.drop_generation``: validation, retries, dead letters, and a re-embed's switch.
 
 Each task validates its message, runs the service function on the process's event loop and maps the
 result onto the job record. Source and dependency errors (wiki 5xx/timeouts, store or Redis down:
@@ -27,15 +27,18 @@ from celery.exceptions import Retry
 from pydantic import BaseModel, ValidationError
 
 from ragbot.errors import DependencyUnavailable, NotFound, PagesFailed, SourceError, is_retryable
-from ragbot.messaging.queue import task_request_id
+from ragbot.messaging.queue import TaskSender, task_request_id
+from ragbot.messaging.reembed import finish_reembed
 from ragbot.messaging.reindex import refresh_parent
 from ragbot.observability.logging import request_id_scope
-from ragbot.schemas.jobs import JobState
+from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import (
     DELETE_PAGE_TASK,
+    DROP_GENERATION_TASK,
     INDEX_PAGE_TASK,
     INDEX_PAGES_TASK,
     DeletePage,
+    DropGeneration,
     IndexPage,
     IndexPages,
 )
@@ -117,7 +120,7 @@ class TaskRunner:
             return self._execute(task, rt, command=command, job_id=job_id, attempt=attempt)
         finally:
             if isinstance(parent, str) and parent:
-                self._refresh_parent(rt, parent)
+                self._refresh_parent(task, rt, parent)
 
     def _execute(
         self, task: Task[Any, Any], rt: Runtime, *, command: BaseModel, job_id: str, attempt: int
@@ -125,7 +128,7 @@ class TaskRunner:
         self._record(rt, job_id=job_id, state=JobState.running, attempts=attempt + 1)
         final = attempt >= self.settings.max_retries
         try:
-            result = rt.run(self.handler(ctx=rt.ctx, command=command, final=final))
+            result = rt.run(self._in_generations(rt, command=command, final=final))
         except Exception as exc:  # bad input or a bug is dead-lettered at once: the worker stays alive
             if is_retryable(exc) and not final:
                 self._retry(task, rt, job_id=job_id, attempt=attempt, reason=failure_reason(exc), error=exc)
@@ -169,6 +172,18 @@ class TaskRunner:
         )
         return result.state.value
 
+    async def _in_generations(self, rt: Runtime, *, command: BaseModel, final: bool) -> service.Outcome:
+        """Run the command in every index generation it writes; the first one's outcome is the job's
+        (the live generation's, or a re-embed batch's target). A failure in any raises: the task is
+        retried and every generation rewritten, which is idempotent."""
+        contexts = await rt.contexts_for(command)
+        if not contexts:
+            return service.Outcome(JobState.skipped, "its index generation no longer exists")
+        outcome = await self.handler(ctx=contexts[0], command=command, final=final)
+        for ctx in contexts[1:]:
+            await self.handler(ctx=ctx, command=command, final=final)
+        return outcome
+
     def _retry(
         self, task: Task[Any, Any], rt: Runtime, *, job_id: str, attempt: int, reason: str, error: Exception
     ) -> NoReturn:
@@ -199,14 +214,43 @@ class TaskRunner:
         )
         raise task.retry(countdown=delay, max_retries=self.settings.max_retries) from None
 
-    def _refresh_parent(self, rt: Runtime, parent_job_id: str) -> None:
-        """Best effort: the next batch (or a status read) refreshes it again."""
+    def _refresh_parent(self, task: Task[Any, Any], rt: Runtime, parent_job_id: str) -> None:
+        """Best effort: the next batch (or a status read) refreshes it again. A re-embed whose every
+        page is built is switched here, and its old generation dropped after a delay."""
         try:
-            rt.run(refresh_parent(jobs=rt.ctx.jobs, parent_job_id=parent_job_id))
+            record = rt.run(refresh_parent(jobs=rt.ctx.jobs, parent_job_id=parent_job_id))
+            if record.kind is JobKind.reembed and rt.generations is not None:
+                rt.run(self._finish_reembed(task, rt, record))
         except (DependencyUnavailable, NotFound) as exc:
             logger.warning(
                 "could not refresh the reindex job", extra={"job_id": parent_job_id, "error": str(exc)}
             )
+
+    async def _finish_reembed(self, task: Task[Any, Any], rt: Runtime, record: JobRecord) -> None:
+        assert rt.generations is not None
+        sender = TaskSender(task.app, queue=self.settings.queue)
+        source = str(record.payload.get("source", ""))
+        target = str(record.payload.get("target", ""))
+        gens = rt.generations
+        source_ctx = await gens.contexts(generation=source)
+        target_ctx = await gens.contexts(generation=target)
+        if not source_ctx or not target_ctx:
+            return
+        retired = await finish_reembed(
+            parent=record,
+            generations=gens.generations,
+            source_store=source_ctx[0].store,
+            target_store=target_ctx[0].store,
+            states=gens.states,
+            jobs=rt.ctx.jobs,
+            sender=sender,
+        )
+        if retired is None:
+            return
+        drop = DropGeneration(job_id=f"{record.job_id}-drop", generation=retired)
+        await rt.ctx.jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
+        delay = self.settings.reembed_drop_after_s
+        await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=delay)
 
     def _fail(self, rt: Runtime, *, job_id: str | None, exc: BaseException, attempts: int) -> str:
         reason = failure_reason(exc)
@@ -247,11 +291,12 @@ _TASKS: tuple[tuple[str, type[BaseModel], Callable[..., Coroutine[Any, Any, serv
     (INDEX_PAGE_TASK, IndexPage, service.index_page),
     (INDEX_PAGES_TASK, IndexPages, service.index_pages),
     (DELETE_PAGE_TASK, DeletePage, service.delete_page),
+    (DROP_GENERATION_TASK, DropGeneration, service.drop_generation),
 )
 
 
 def register_tasks(app: Celery, *, worker_settings: WorkerSettings, runtime: Callable[[], Runtime]) -> None:
-    """Register the three tasks on ``app`` by their shared names."""
+    """Register the tasks on ``app`` by their shared names."""
     for name, model, handler in _TASKS:
         runner = TaskRunner(
             name=name, model=model, handler=handler, runtime=runtime, settings=worker_settings

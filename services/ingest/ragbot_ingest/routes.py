@@ -13,11 +13,13 @@ from ragbot.errors import (
     BodyTooLarge,
     JobNotRetryable,
     PartTooLarge,
+    ReconcileRefused,
     UploadsRefused,
     ValidationFailed,
 )
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.http.responses import ErrorBody
+from ragbot.messaging.reconcile import ReconcileRequest
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID
@@ -332,6 +334,75 @@ async def _jsonl_from_multipart(
         form.close()
 
 
+class ReconcileResult(BaseModel):
+    """What a reconcile changes (or would, on a dry run) and the job doing it."""
+
+    dry_run: bool
+    listed: int
+    indexed: int
+    unchanged: int
+    missing: list[int]
+    stale: list[int]
+    remove: list[int]
+    remove_share: float
+    job_id: str | None = None
+    status: JobState | None = None
+    status_url: str | None = None
+
+
+@router.post(
+    "/reconcile",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ReconcileResult,
+    tags=["pages"],
+    responses={
+        200: {"model": ReconcileResult, "description": "a dry run: what would change; nothing changed"},
+        409: {"model": ErrorBody, "description": "the guard: it would remove too much of the index"},
+    },
+)
+async def reconcile(
+    body: ReconcileRequest,
+    request: Request,
+    response: Response,
+    store: StoreDep,
+    jobs: JobsDep,
+    sender: SenderDep,
+    settings: SettingsDep,
+    lister: ListerDep,
+) -> ReconcileResult:
+    """Make the index hold exactly the wiki's relevant pages: queue missing or older ones, remove the rest."""
+    try:
+        outcome = await service.accept_reconcile(
+            request=body,
+            store=store,
+            lister=lister,
+            allowed_hosts=settings.allowed_callback_hosts,
+            max_remove_share=settings.reconcile_max_remove_share,
+            batch_pages=settings.reindex_batch_pages,
+            max_pages=settings.max_reindex_pages,
+            jobs=jobs,
+            sender=sender,
+        )
+    except ReconcileRefused as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    plan = outcome.plan
+    result = ReconcileResult(
+        dry_run=body.dry_run,
+        listed=plan.listed,
+        indexed=plan.indexed,
+        unchanged=plan.unchanged,
+        missing=plan.missing,
+        stale=plan.stale,
+        remove=plan.remove,
+        remove_share=round(plan.remove_share, 4),
+    )
+    if outcome.job is None:
+        response.status_code = status.HTTP_200_OK
+        return result
+    accepted = _accepted(request, response, outcome.job)
+    return result.model_copy(update=accepted.model_dump())
+
+
 class PageList(BaseModel):
     """A window of the indexed pages by ascending page id, and how many paragraphs the index holds."""
 
@@ -367,7 +438,9 @@ async def get_job(job_id: JobId, jobs: JobsDep) -> JobRecord:
     record = await jobs.get(job_id=job_id)
     if record is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
-    if record.kind is JobKind.reindex and not record.progress:  # no batch has reported yet
+    if (
+        record.kind in (JobKind.reindex, JobKind.reconcile) and not record.progress
+    ):  # no batch has reported yet
         total, count = int(record.payload.get("total", 0)), int(record.payload.get("batches", 0))
         record = record.model_copy(
             update={"progress": {"total": total, "done": 0, "failed": 0, "batches": count}}

@@ -7,17 +7,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
-from ragbot.definition import load_definition
-from ragbot.errors import RagbotError
+from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.http.app import create_service_app
-from ragbot.ports import Embedder, Reranker
-from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.ports import Embedder, Generation, Reranker
+from ragbot.retrieval import RetrievalDefaults
 from ragbot.settings import (
     AuthSettings,
     ModelSettings,
@@ -27,7 +27,9 @@ from ragbot.settings import (
     get_retriever_settings,
     get_store_settings,
 )
+from ragbot.stores.generations import build_generations
 from ragbot_retriever.deps import Resources
+from ragbot_retriever.generations import Serving, follow, install, live_or_legacy, serve
 from ragbot_retriever.routes import router
 
 logger = logging.getLogger(__name__)
@@ -35,13 +37,6 @@ SERVICE = "retriever"
 
 
 ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
-
-
-def _warm_up(embedders: Mapping[str, Embedder], reranker: Reranker | None) -> None:
-    for embedder in embedders.values():
-        embedder.warm_up()
-    if reranker is not None:
-        reranker.warm_up()
 
 
 @asynccontextmanager
@@ -52,43 +47,67 @@ async def build_resources(
     model_settings: ModelSettings,
     reranker: Reranker | None = None,
 ) -> AsyncIterator[Resources]:
-    """The composition root: definition, embedders (warmed in a thread), store sized by the models."""
+    """The composition root: the live index generation with its definition's embedders (warmed in a
+    thread) and store, followed when a re-embed switches it (``ragbot_retriever.generations``)."""
     from ragbot.embedders import build_embedders, cached_queries
     from ragbot.rerankers import configured_reranker
-    from ragbot.stores import build_store
 
     if reranker is None:  # RAGBOT_RETRIEVER_RERANKER_PATH set: rerank by default (default_rerank)
         reranker = configured_reranker(retriever_settings, model_settings)
-    definition = load_definition(model_settings.document_definition)
-    embedders = cached_queries(
-        # One query at a time: "auto" precision stays float32 on a CPU (ragbot.inference.precision).
-        build_embedders(settings=model_settings, definition=definition, batched=False),
-        max_size=model_settings.query_cache_size,
-    )
-    await asyncio.to_thread(_warm_up, embedders, reranker)
-    dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
-    store = build_store(settings=store_settings, definition=definition, dimensions=dimensions)
-    try:
-        await asyncio.wait_for(store.ensure_ready(), timeout=retriever_settings.store_timeout_s)
-        # No timeout: the embedded store builds its matrices and BM25 index here (seconds at 100k
-        # paragraphs), before uvicorn answers anything, instead of failing the first query.
-        await store.warm_up()
-    except (TimeoutError, RagbotError) as exc:  # start anyway: /readyz and every request say 503
-        logger.warning("store not ready at start: %s", exc)
-    engine = RetrievalEngine(
-        store=store,
-        embedders=embedders,
-        definition=definition,
-        reranker=reranker,
-        defaults=RetrievalDefaults.from_settings(retriever_settings),
-    )
-    try:
-        yield Resources(
-            engine=engine, store=store, embedders=embedders, definition=definition, reranker=reranker
+    configured = load_definition(model_settings.document_definition)
+
+    def embedders_for(definition: DocumentDefinition) -> Mapping[str, Embedder]:
+        return cached_queries(
+            # One query at a time: "auto" precision stays float32 on a CPU (ragbot.inference.precision).
+            build_embedders(settings=model_settings, definition=definition, batched=False),
+            max_size=model_settings.query_cache_size,
         )
+
+    if reranker is not None:
+        await asyncio.to_thread(reranker.warm_up)
+    defaults = RetrievalDefaults.from_settings(retriever_settings)
+    generations = build_generations(store_settings)
+
+    async def load(generation: Generation, reuse: Serving | None = None) -> Serving:
+        return await serve(
+            generation=generation,
+            configured=configured,
+            store_settings=store_settings,
+            embedders_for=embedders_for,
+            reranker=reranker,
+            defaults=defaults,
+            store_timeout_s=retriever_settings.store_timeout_s,
+            reuse=reuse,
+        )
+
+    # The live generation, queried with its own definition (the file may already name the next one).
+    serving = await load(await live_or_legacy(generations))
+    resources = Resources(
+        engine=serving.engine,
+        store=serving.opened.store,
+        embedders=serving.embedders,
+        definition=serving.opened.definition,
+        reranker=reranker,
+    )
+    install(resources, serving)
+    follower = asyncio.create_task(
+        follow(
+            resources=resources,
+            current=serving,
+            generations=generations,
+            poll_s=retriever_settings.generation_poll_s,
+            load=load,
+        )
+    )
+    try:
+        yield resources
     finally:
-        await store.close()
-        for embedder in embedders.values():
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await resources.store.close()
+        await generations.close()
+        for embedder in resources.embedders.values():
             embedder.close()
         if reranker is not None:
             reranker.close()

@@ -1,13 +1,17 @@
-"""HTTP routes of the retriever: ``POST /v1/retrieve`` and ``GET /v1/models``."""
+"""HTTP routes of the retriever: ``POST /v1/retrieve``, ``POST /v1/similarity``, ``GET /v1/pages/{page_id}``
+and ``GET /v1/models``."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from ragbot.errors import NotFound
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.observability.metrics import retrieval_metrics
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
+from ragbot.retrieval.similarity import similarity
+from ragbot.schemas.retrieval import PageDocuments, RetrievedDocument, RetrieveRequest, RetrieveResponse
+from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot_retriever.deps import EngineDep
 
 router = APIRouter(prefix="/v1", tags=["retrieval"])
@@ -39,6 +43,33 @@ async def retrieve(body: RetrieveRequest, engine: EngineDep) -> RetrieveResponse
     response = await engine.retrieve(body)
     retrieval_metrics().observe(response.timings_ms)
     return response
+
+
+@router.post(
+    "/similarity",
+    response_model=SimilarityResponse,
+    responses=RATE_LIMITED,
+    dependencies=[rate_limit("retrieve")],
+)
+async def score_texts(body: SimilarityRequest, engine: EngineDep) -> SimilarityResponse:
+    """Cosines of short texts to a query with a loaded model (chat's ``quote`` mode ranks sentences)."""
+    return await similarity(
+        embedders=engine.embedders, request=body, timeout_s=engine.defaults.embed_timeout_s
+    )
+
+
+@router.get(
+    "/pages/{page_id}",
+    response_model=PageDocuments,
+    responses=RATE_LIMITED,
+    dependencies=[rate_limit("retrieve")],
+)
+async def get_page(page_id: int, engine: EngineDep) -> PageDocuments:
+    """Every paragraph of an indexed page in order (404 when the page is not indexed)."""
+    documents = await engine.page_documents(page_id)
+    if not documents:
+        raise NotFound(f"page {page_id} is not indexed")
+    return PageDocuments(page_id=page_id, documents=[RetrievedDocument.model_validate(d) for d in documents])
 
 
 @router.get("/models", response_model=ModelsResponse)

@@ -7,13 +7,16 @@ previous ones stay in a capped history list. An invalid config is refused with t
 leaves the stored one untouched.
 
 Keys: ``p:chat:kolzchut:config`` (current JSON) and ``p:chat:kolzchut:config:versions`` (newest first).
+
+The admin and testing pages (``ragbot_chat.kolzchut_pages``) add the events of ``POST /search/stream``,
+the services' pings and the history cleanup; their bodies are here too.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -101,6 +104,86 @@ class RatingRequest(BaseModel):
     conversation_id: str
     like: bool | None = None
     free_text: str | None = Field(default=None, max_length=5000)
+
+
+def rating_from_query(
+    *, thread_id: str | None, conversation_id: str | None, score: float | None, free_text: str | None
+) -> RatingRequest:
+    """The query-string form of ``/rating`` (``?thread_id=…&score=…``): a score above 0 is a like, 0 or
+    below a dislike, none withdraws."""
+    target = conversation_id or thread_id
+    if not target:
+        raise ValidationFailed(
+            "rating needs a JSON body or ?thread_id= (or ?conversation_id=) in the query string",
+            field="thread_id",
+        )
+    return RatingRequest(
+        conversation_id=target, like=None if score is None else score > 0, free_text=free_text
+    )
+
+
+# -- the testing pages' routes -----------------------------------------------------------------------
+
+
+class StreamSources(BaseModel):
+    """``search/stream`` event ``sources``: the pages found, before any token of the answer."""
+
+    event: Literal["sources"] = "sources"
+    conversation_id: str
+    docs: list[DocLink]
+    rephrased_question: str | None = None
+    docs_before_filter: list[dict[str, Any]] | None = None
+
+
+class StreamToken(BaseModel):
+    """``search/stream`` event ``token``: the next piece of the answer."""
+
+    event: Literal["token"] = "token"
+    text: str
+
+
+class StreamDone(BaseModel):
+    """``search/stream`` event ``done``: exactly ``POST /search``'s body (its debug fields when asked)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    event: Literal["done"] = "done"
+    gpt_result: str
+    docs: list[DocLink]
+    conversation_id: str
+
+
+class StreamError(BaseModel):
+    """``search/stream`` event ``error``: the turn failed; ``status`` is what ``/search`` would answer."""
+
+    event: Literal["error"] = "error"
+    detail: str
+    dependency: str | None = None
+    status: int
+    docs: list[DocLink] = Field(default_factory=list)
+
+
+SEARCH_STREAM_EVENTS: Final = (StreamSources, StreamToken, StreamDone, StreamError)
+"""Every event of ``POST /search/stream``, in the order they may come (``sources``, ``token`` events, then
+``done`` or ``error``); the SSE ``event:`` name is each model's ``event`` field."""
+
+PingService = Literal["redis", "llm_manager", "es_docker"]
+
+
+class PingResult(BaseModel):
+    """``GET /ping/<service>``: whether that dependency answers (HTTP 200) or not (503)."""
+
+    service: PingService
+    status: Literal["ok", "down"]
+    detail: str
+    elapsed_ms: float
+
+
+class HistoryCleaned(BaseModel):
+    """``POST /clean_redis_history``: how many conversation keys were deleted."""
+
+    sessions: int
+    messages: int
 
 
 def page_plan(*, num_of_pages: int, base: Sequence[int], max_per_page: int | None) -> list[int]:
@@ -222,14 +305,18 @@ def default_config(
     temperature: float,
     mode_name: str,
 ) -> KolZchutConfig:
-    """The config before anyone sets one: Hebrew prompt files, the configured model and defaults."""
+    """The config before anyone sets one: Hebrew prompt files, the configured model and defaults.
+
+    The ``quote`` mode calls no LLM, so its config carries the strict mode's instructions (what an
+    LLM mode chosen later would read)."""
+    instructions = prompts.get("strict" if mode_name == "quote" else mode_name, "he")
     return KolZchutConfig(
         version=0,
         model=model,
         num_of_pages=num_of_pages,
         add_current_page_to_search=False,
         temperature=temperature,
-        system_prompt=render(prompts.get("system", "he"), mode_instructions=prompts.get(mode_name, "he")),
+        system_prompt=render(prompts.get("system", "he"), mode_instructions=instructions),
         user_prompt=prompts.get("user", "he"),
         banned_fields=[],
         rephrase_prompt=prompts.get("rephrase", "he"),

@@ -10,7 +10,9 @@ Answer modes (GenericChatBot's private / hybrid / public):
 - ``strict``: only the retrieved paragraphs; when none pass the relevance threshold the fixed
   "no relevant documents" answer is returned and the LLM is never called;
 - ``grounded``: documents first, general knowledge allowed and labelled as such;
-- ``open``: no retrieval; the LLM answers from what it knows.
+- ``open``: no retrieval; the LLM answers from what it knows;
+- ``quote``: no LLM at all; the sentences of the sources that answer the question, each with its
+  ``[n]`` (``ragbot.chat.quote``), or the fixed "no relevant documents" answer when none does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ragbot.chat.events import (
 )
 from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
+from ragbot.chat.quote import QuoteOptions, Sentence, choose_sentences, compose, score, sentences_of
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
@@ -100,7 +103,8 @@ class ChatPipeline:
         query = request.question
         rewritten: str | None = None
 
-        if request.mode != "open" and self._wants_rewrite(request):
+        # quote mode never calls the LLM, so a follow-up is searched as asked
+        if request.mode not in ("open", "quote") and self._wants_rewrite(request):
             t0 = time.perf_counter()
             rewritten, rewrite_error = await self._rewrite(request)
             timings["rewrite_ms"] = _ms(time.perf_counter() - t0)
@@ -131,7 +135,16 @@ class ChatPipeline:
 
         selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
+        # quote mode scores the sentences first, so the sources event's debug says how they scored
+        chosen = (
+            await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
+        )
         yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
+
+        if request.mode == "quote":
+            for event in self._quote_events(request, selection, chosen, started, timings):
+                yield event
+            return
 
         if request.mode == "strict" and not selection.sources:
             answer = self.no_documents_answer(request.language)
@@ -220,6 +233,74 @@ class ChatPipeline:
             tokens.labels(self.llm.backend, "input", stage).inc(usage.prompt_tokens)
         if usage.completion_tokens:
             tokens.labels(self.llm.backend, "output", stage).inc(usage.completion_tokens)
+
+    async def _quote_choose(
+        self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
+    ) -> list[Sentence]:
+        """The quote mode's sentences (scored by the retriever's model), with how they scored in debug."""
+        options = self.quote_options()
+        t0 = time.perf_counter()
+        scored = await score(
+            retriever=self.retriever,
+            question=request.question,
+            sentences=sentences_of(selection.documents),
+            options=options,
+        )
+        chosen = choose_sentences(scored, options)
+        timings["quote_ms"] = _ms(time.perf_counter() - t0)
+        position = {id(s): i for i, s in enumerate(scored.sentences)}
+        debug["quote"] = {
+            "scorer": scored.scorer,
+            "error": scored.error,
+            "sentences": len(scored.sentences),
+            "best": round(max(scored.scores), 6) if scored.scores else None,
+            "chosen": [
+                {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
+                for s in chosen
+            ],
+        }
+        return chosen
+
+    def _quote_events(
+        self,
+        request: ChatRequest,
+        selection: Selection,
+        chosen: list[Sentence],
+        started: float,
+        timings: dict[str, float],
+    ) -> list[ChatEvent]:
+        """The quote mode's tokens and done event: the chosen sentences with their [n], or abstention."""
+        pieces = compose(chosen) or [self.no_documents_answer(request.language)]
+        timings["ttft_ms"] = _ms(time.perf_counter() - started)
+        self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
+            time.perf_counter() - started
+        )
+        events: list[ChatEvent] = [TokenEvent(piece) for piece in pieces]
+        answer = "".join(pieces)
+        timings["total_ms"] = _ms(time.perf_counter() - started)
+        usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
+        if not chosen:
+            self.metrics.abstentions.labels(request.mode).inc()
+            self._count(request, "abstained")
+            events.append(DoneEvent(answer, [], [], usage, timings, abstained=True))
+            return events
+        cited, not_cited = split_cited(answer, selection.sources)
+        self._count(request, "answered")
+        events.append(DoneEvent(answer, cited, not_cited, usage, timings, False, "stop"))
+        return events
+
+    def quote_options(self) -> QuoteOptions:
+        """The quote mode's thresholds from settings."""
+        s = self.settings
+        return QuoteOptions(
+            max_sentences=s.quote_max_sentences,
+            min_score=s.quote_min_score,
+            margin=s.quote_margin,
+            model=s.quote_model or None,
+            lexical_min_score=s.quote_lexical_min_score,
+            lexical_weight=s.quote_lexical_weight,
+            cross_language_bonus=s.quote_cross_language_bonus,
+        )
 
     def _count(self, request: ChatRequest, outcome: str) -> None:
         self.metrics.answers.labels(request.mode, request.channel, outcome).inc()
@@ -347,7 +428,9 @@ class ChatPipeline:
         banned = set(request.banned_fields)
         conf = confidences(response.debug)
         threshold = self.settings.relevance_threshold
-        budget = self.settings.context_budget_chars
+        # quote mode reads the paragraphs itself, so the LLM's context budget does not bind it
+        settings = self.settings
+        budget = settings.quote_context_chars if request.mode == "quote" else settings.context_budget_chars
         text_field = self.settings.document_text_field
         sources: list[Source] = []
         documents: list[PromptDocument] = []

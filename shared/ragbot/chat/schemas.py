@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Mode = Literal["strict", "grounded", "open"]
+Mode = Literal["strict", "grounded", "open", "quote"]
 LanguageChoice = Literal["auto", "he", "en"]
 Rating = Literal["up", "down"]
 
@@ -87,6 +87,47 @@ class FeedbackView(BaseModel):
     message_id: str
     rating: Rating | None
     comment: str | None
+
+
+class CitedSource(BaseModel):
+    """A page an answer cited: what an editor opens to fix the answer."""
+
+    page_id: int
+    title: str | None = None
+    url: str | None = None
+
+
+class FeedbackEntry(BaseModel):
+    """One rated or commented answer, as ``GET /v1/feedback`` lists and exports it."""
+
+    message_id: str
+    channel: str
+    rating: Rating | None
+    comment: str | None
+    question: str
+    answer: str
+    sources: list[CitedSource] = Field(default_factory=list)
+    asked_at: str
+    feedback_at: str
+    session_id: str | None = None
+
+
+class FeedbackPage(BaseModel):
+    """A cited page and how the listed answers citing it were rated (worst first)."""
+
+    page_id: int
+    title: str | None = None
+    url: str | None = None
+    down: int = 0
+    up: int = 0
+
+
+class FeedbackList(BaseModel):
+    """``GET /v1/feedback``: the matching entries, newest feedback first, and their cited pages."""
+
+    entries: list[FeedbackEntry]
+    pages: list[FeedbackPage]
+    truncated: bool = Field(description="more entries matched than ``limit``")
 
 
 class Usage(BaseModel):

@@ -7,7 +7,8 @@ Keys (``p`` is the configured prefix):
 - ``p:chat:message:<id>``        JSON of one answer (question, answer, feedback); TTL ``message_ttl_s``
 
 Every turn refreshes the session's TTL, so a conversation lives while it is used. Messages outlive
-sessions so that feedback and Kol-Zchut ratings can arrive later. Redis errors become
+sessions so that feedback and Kol-Zchut ratings can arrive later. ``clear_history`` deletes every
+session, turn list and message under the prefix (the Kol-Zchut admin page's danger zone). Redis errors become
 ``DependencyUnavailable("redis")``.
 """
 
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, ValidationError
 
-from ragbot.chat.schemas import LanguageChoice, Mode, Rating, SessionInfo, SessionView, Turn
+from ragbot.chat.schemas import CitedSource, LanguageChoice, Mode, Rating, SessionInfo, SessionView, Turn
 from ragbot.errors import NotFound
 from ragbot.messaging.redis import REDIS_ERRORS, redis_call
 
@@ -48,6 +49,7 @@ class MessageRecord(BaseModel):
     mode: Mode
     abstained: bool = False
     cited_page_ids: list[int] = Field(default_factory=list)
+    cited_sources: list[CitedSource] = Field(default_factory=list)
     created_at: str
     rating: Rating | None = None
     comment: str | None = None
@@ -95,6 +97,28 @@ class ChatStore:
             return bool(await self.client.ping())
         except REDIS_ERRORS:
             return False
+
+    async def clear_history(self, *, batch: int = 500) -> tuple[int, int]:
+        """Delete every stored conversation (sessions with their turns, and messages); the config, the
+        widget's users and the feedback log stay. Returns (sessions, messages) deleted."""
+
+        async def sweep(pattern: str) -> list[str]:
+            found: list[str] = []
+            doomed: list[str] = []
+            async for key in self.client.scan_iter(match=pattern, count=batch):
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                found.append(name)
+                doomed.append(name)
+                if len(doomed) >= batch:
+                    await self.client.unlink(*doomed)
+                    doomed = []
+            if doomed:
+                await self.client.unlink(*doomed)
+            return found
+
+        sessions = await redis_call("clear sessions", lambda: sweep(f"{self.prefix}:chat:session:*"))
+        messages = await redis_call("clear messages", lambda: sweep(f"{self.prefix}:chat:message:*"))
+        return sum(1 for k in sessions if not k.endswith(":turns")), len(messages)
 
     async def create_session(self, *, mode: Mode, language: LanguageChoice) -> SessionInfo:
         """A new empty session."""

@@ -1,7 +1,9 @@
 """The ``ragbot`` command: one parser, one subcommand per job; each module registers its own.
 
 Subcommands: ``index`` (folders of documents, re-embedding what changed), ``reindex`` (bulk
-reindex through the ingest service, with a progress bar), ``eval`` (retrieval
+reindex through the ingest service, with a progress bar), ``reembed`` (a new index generation
+for a changed definition, built in the background and switched atomically), ``reconcile`` (the
+index made to hold exactly the wiki's relevant pages, through the ingest service), ``eval`` (retrieval
 quality on BEIR data), ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
 pairs from a BEIR split), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
 API key and its hash). Errors ragbot raises on
@@ -26,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ragbot.cli import chat as cli_chat
     from ragbot.cli import eval as cli_eval
     from ragbot.cli import index as cli_index
+    from ragbot.cli import reconcile as cli_reconcile
+    from ragbot.cli import reembed as cli_reembed
     from ragbot.cli import reindex as cli_reindex
 
     parser = argparse.ArgumentParser(prog="ragbot", description="ragbot command-line tools")
@@ -34,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_eval.register(subparsers)
     cli_index.register(subparsers)
     cli_reindex.register(subparsers)
+    cli_reembed.register(subparsers)
+    cli_reconcile.register(subparsers)
     cli_chat.register(subparsers)
     cli_auth.register(subparsers)
     return parser

@@ -69,7 +69,7 @@ def eval_definition(base: DocumentDefinition, models: Sequence[str] | None = Non
             "identifier_field": base.identifier_field,
             "saved_fields": dict(base.saved_fields),
             "field_for_llm": base.field_for_llm,
-            "models": {m: list(base.models[m]) for m in chosen},
+            "models": {m: base.model_entry(m) for m in chosen},  # languages kept
         },
         origin="evaluation definition",
     )

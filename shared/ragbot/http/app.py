@@ -4,19 +4,27 @@ A service passes a ``resources`` factory (its composition root, or a test's fake
 checks that read those resources (and every JSON body is checked first, ``ragbot.http.json_guard``);
 ``app.state.resources`` holds them while the app runs and the services' FastAPI dependencies read them
 back with ``app_resources``. The lifespan also holds the rate limiter (``app.state.rate_limiter``,
-built from settings unless a test set one before start).
+built from settings unless a test set one before start), and enters a service's extra ``lifespans``
+(the chat service's MCP session manager) once the resources are up.
+
+Every service's OpenAPI is built the same way: its version is the installed package's
+(``ragbot-<service>``), and operation ids are the route functions' names (``operation_id``), which a
+generated client turns into method names; ``tests/unit/test_openapi.py`` keeps them unique.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from typing import TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.routing import APIRoute
 
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.auth import RouteRule, include_scoped, install_auth, require
+from ragbot.http.docs import install_docs
 from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.http.responses import document_error_responses
@@ -25,6 +33,22 @@ from ragbot.observability.tracing import instrument_app
 from ragbot.settings import AuthScope, AuthSettings, get_rate_limit_settings, get_redis_settings
 
 R = TypeVar("R")
+AppLifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def package_version(service: str) -> str:
+    """The installed version of ``ragbot-<service>`` (of the ``ragbot`` library when that is absent)."""
+    for name in (f"ragbot-{service}", "ragbot"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "0+unknown"
+
+
+def operation_id(route: APIRoute) -> str:
+    """A route's operation id: its function's name (``retrieve``, ``post_message``), as clients call it."""
+    return route.name
 
 
 def create_service_app(
@@ -36,6 +60,7 @@ def create_service_app(
     route_auth: RouteRule | AuthScope,
     auth: AuthSettings | None = None,
     json_exempt_prefixes: Sequence[str] = (),
+    lifespans: Sequence[AppLifespan] = (),
 ) -> FastAPI:
     """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them.
 
@@ -50,7 +75,9 @@ def create_service_app(
             owned = RateLimiter.from_settings(settings=get_rate_limit_settings(), redis=get_redis_settings())
             app.state.rate_limiter = owned
         try:
-            async with resources() as res:
+            async with resources() as res, AsyncExitStack() as extras:
+                for extra in lifespans:
+                    await extras.enter_async_context(extra(app))
                 app.state.resources = res
                 yield
                 app.state.resources = None
@@ -59,7 +86,14 @@ def create_service_app(
                 app.state.rate_limiter = None
                 await owned.close()
 
-    app = FastAPI(title=f"ragbot {service}", version="1", lifespan=lifespan)
+    app = FastAPI(
+        title=f"ragbot {service}",
+        version=package_version(service),
+        lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+        docs_url=None,  # served by install_docs from vendored assets, not a CDN
+        redoc_url=None,
+    )
 
     def bound(check: Callable[[R], Awaitable[bool]]) -> ReadinessCheck:
         async def ready() -> bool:
@@ -80,6 +114,7 @@ def create_service_app(
     for router in routers:
         include_scoped(app, router, route_auth)
     document_error_responses(app)
+    install_docs(app)
     instrument_app(app)  # outermost, so a span covers the whole exchange (a no-op with tracing off)
     return app
 

@@ -111,8 +111,11 @@ class TaskSender:
         self.app = app
         self.queue = queue
 
-    async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
-        """Publish one command; a broker failure becomes ``DependencyUnavailable('redis')``."""
+    async def send(
+        self, *, task: str, message: BaseModel, request_id: str | None = None, countdown: float | None = None
+    ) -> str:
+        """Publish one command (``countdown``: not before that many seconds); a broker failure becomes
+        ``DependencyUnavailable('redis')``."""
         rid = request_id or get_request_id()
         kwargs: Mapping[str, Any] = {"message": message.model_dump(mode="json")}
         try:
@@ -127,6 +130,7 @@ class TaskSender:
                 kwargsrepr=_summary(message),
                 # Job records carry the outcome; never subscribe to a result we will not read.
                 ignore_result=True,
+                countdown=countdown,
             )
         except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
             logger.error("could not enqueue task", extra={"task": task, "error": repr(exc)})

@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.errors import NotFound, SourceError, SourceRefused, ValidationFailed
 from ragbot.messaging.jobs import JobStore
-from ragbot.schemas.jobs import JobRecord, JobState
+from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page
 from ragbot.schemas.strict_json import JSONRefused, loads_strict
@@ -53,6 +53,7 @@ __all__ = [
     "batch_job_id",
     "batches",
     "combine_batches",
+    "combine_reembed",
     "page_from_line",
     "refresh_parent",
 ]
@@ -121,7 +122,8 @@ def combine_batches(parent: JobRecord, children: list[JobRecord | None]) -> JobR
             finished += 1
             continue
         done += child.progress.get("done", 0)
-        failed += child.progress.get("failed", 0) if child.state in FINAL_STATES else 0
+        if child.state in FINAL_STATES:
+            failed += child.progress.get("failed", _pages_of(child) if child.state is JobState.failed else 0)
         started = started or child.state is not JobState.queued
         if child.state in FINAL_STATES:
             finished += 1
@@ -155,14 +157,41 @@ def combine_batches(parent: JobRecord, children: list[JobRecord | None]) -> JobR
     )
 
 
+def combine_reembed(parent: JobRecord, children: list[JobRecord | None]) -> JobRecord:
+    """A re-embed's record: its batches' sum, but ``done`` only once the switch happened.
+
+    Every batch done and no switch yet is ``running`` with ``progress.built = 1`` (the sign
+    ``messaging.reembed.finish_reembed`` waits for).
+    """
+    combined = combine_batches(parent, children)
+    if combined.state is not JobState.done or "switched_at" in parent.payload:
+        return combined
+    return combined.model_copy(
+        update={
+            "state": JobState.running,
+            "detail": f"every page built in generation {parent.payload.get('target')}; switching",
+            "progress": {**combined.progress, "built": 1},
+        }
+    )
+
+
+def _pages_of(child: JobRecord) -> int:
+    """How many pages a batch that failed before reporting progress carried (a delete: one)."""
+    refs, pages = child.payload.get("refs"), child.payload.get("pages")
+    if isinstance(refs, list) or isinstance(pages, list):
+        return len(refs or []) + len(pages or [])
+    return 1
+
+
 async def refresh_parent(*, jobs: JobStore, parent_job_id: str) -> JobRecord:
-    """Rewrite a reindex job's progress and state from its batches (atomic, idempotent)."""
+    """Rewrite a reindex (or re-embed) job's progress and state from its batches (atomic, idempotent)."""
     parent = await jobs.get(job_id=parent_job_id)
     if parent is None:
         raise NotFound(f"reindex job {parent_job_id} not found")
     count = int(parent.payload.get("batches", 0))
     children = [batch_job_id(parent_job_id, n) for n in range(count)]
-    return await jobs.aggregate(job_id=parent_job_id, children=children, combine=combine_batches)
+    combine = combine_reembed if parent.kind is JobKind.reembed else combine_batches
+    return await jobs.aggregate(job_id=parent_job_id, children=children, combine=combine)
 
 
 @dataclass(slots=True)

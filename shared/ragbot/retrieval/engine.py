@@ -38,7 +38,9 @@ from ragbot.retrieval.results import (
     candidate,
     strip_vector_fields,
 )
+from ragbot.retrieval.routing import Routing, route_branches
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
+from ragbot.text.language import detect_language
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,8 @@ class RetrievalEngine:
         query = self._check_query(request.query)
         mode: SearchMode = request.mode or self.defaults.mode
         method: FusionMethod = request.fusion or self.defaults.fusion
-        branches = self._branches(request, mode)
+        routing = self._route(request, self._branches(request, mode))
+        branches = list(routing.kept)
         rerank = self._wants_rerank(request)
         size = request.retrieval_size
         filters: Filters | None = request.filters
@@ -156,6 +159,8 @@ class RetrievalEngine:
             fused=fused,
             documents=[],
             timings_ms=timings,
+            routing=routing.as_debug() if any(r.kind == "dense" for r in routing.routes) else None,
+            skipped_branches=list(routing.skipped),
         )
         ranked = fused
         if rerank and fused:
@@ -176,6 +181,14 @@ class RetrievalEngine:
             "score": hit.score,
         }
 
+    async def page_documents(self, page_id: int) -> list[dict[str, Any]]:
+        """Every paragraph of one page shaped as ``document`` does (score 0), to read it whole."""
+        hits = await self.store.page_paragraphs(page_id=page_id)
+        return [
+            {**strip_vector_fields(h.source), "_id": h.doc_id, "page_id": h.page_id, "score": h.score}
+            for h in hits
+        ]
+
     def debug(self, result: RetrievalResult) -> dict[str, Any]:
         """The debug view: every branch's candidates with raw scores, the fused list, rerank scores."""
         branches: dict[str, Any] = {}
@@ -185,6 +198,11 @@ class RetrievalEngine:
                 "model": b.model,
                 "field": b.field,
                 "weight": b.weight,
+                "languages": (
+                    list(self.definition.languages_of(VectorField(b.model, b.field)))
+                    if b.model is not None and b.field is not None
+                    else ["*"]
+                ),
                 "dropped_by_threshold": result.dropped_by_threshold.get(b.name, 0),
                 "candidates": [candidate(h) for h in result.candidates.get(b.name, [])],
             }
@@ -193,6 +211,7 @@ class RetrievalEngine:
             "fusion": result.fusion,
             "rrf_k": result.rrf_k,
             "branches": branches,
+            "routing": result.routing,
             "fused": [
                 {
                     "_id": f.doc_id,
@@ -270,6 +289,24 @@ class RetrievalEngine:
             field_name = "bm25_weight" if mode == "lexical" else "models"
             raise ValidationFailed(f"nothing to search in {mode} mode: every weight is 0", field=field_name)
         return branches
+
+    def _route(self, request: RetrieveRequest, branches: list[Branch]) -> Routing:
+        """Drop the dense branches whose model does not serve the question's language (see routing)."""
+        enabled = self.defaults.language_routing and request.models is None
+        why_off = (
+            "language routing is off (RAGBOT_RETRIEVER_LANGUAGE_ROUTING=false)"
+            if not self.defaults.language_routing
+            else "the request names its models: searched as asked"
+        )
+        guess = detect_language(request.query) if enabled else None
+        return route_branches(
+            branches, languages_of=self._branch_languages, guess=guess, enabled=enabled, why_off=why_off
+        )
+
+    def _branch_languages(self, branch: Branch) -> tuple[str, ...]:
+        if branch.model is None or branch.field is None:
+            return ("*",)
+        return self.definition.languages_of(VectorField(branch.model, branch.field))
 
     @staticmethod
     def _dense_branch(vector_field: VectorField, weight: float) -> Branch:

@@ -33,6 +33,8 @@ class RetrievalDefaults:
     embed_timeout_s: float = 30.0
     # page_rrf: count a page at every paragraph's rank (kolzchut-ragbot's code) instead of its first one.
     page_rrf_every_paragraph: bool = False
+    # Fuse only the dense branches that serve the question's language (ragbot.retrieval.routing).
+    language_routing: bool = True
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -50,6 +52,7 @@ class RetrievalDefaults:
             max_query_chars=settings.max_query_chars,
             store_timeout_s=settings.store_timeout_s,
             embed_timeout_s=settings.embed_timeout_s,
+            language_routing=settings.language_routing,
         )
 
 
@@ -80,6 +83,10 @@ class RetrievalResult:
     rerank_scores: list[tuple[FusedHit, float]] | None = None
     rerank_kept: int | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # The language routing's view (``ragbot.retrieval.routing.Routing.as_debug``), None in lexical mode.
+    routing: dict[str, Any] | None = None
+    # Dense branches routing left out (their models do not serve the question's language).
+    skipped_branches: list[Branch] = field(default_factory=list)
 
     @property
     def no_relevant_paragraphs(self) -> bool:

@@ -28,6 +28,9 @@ class JobKind(StrEnum):
     reindex = "reindex"
     upload = "upload"
     index_pages = "index_pages"
+    reembed = "reembed"
+    drop_generation = "drop_generation"
+    reconcile = "reconcile"
 
 
 class JobRecord(BaseModel):

@@ -12,6 +12,7 @@ from ragbot.schemas.pages import Page
 INDEX_PAGE_TASK = "embedder.index_page"
 DELETE_PAGE_TASK = "embedder.delete_page"
 INDEX_PAGES_TASK = "embedder.index_pages"
+DROP_GENERATION_TASK = "embedder.drop_generation"
 
 
 class IndexPage(BaseModel):
@@ -51,14 +52,29 @@ class IndexPages(BaseModel):
     refs: list[PageRef] = Field(default_factory=list)
     request_id: str | None = None
     force: bool = Field(default=False, description="re-embed even when a revision is indexed")
+    generation: str | None = Field(
+        default=None,
+        description="write only this index generation (a re-embed's batches); None: the live one, "
+        "and the one being built while a re-embed runs",
+    )
+
+
+class DropGeneration(BaseModel):
+    """Delete an index generation a re-embed switched away from (sent with a delay)."""
+
+    v: Literal[1] = 1
+    job_id: str
+    generation: str
+    request_id: str | None = None
 
 
 class DeletePage(BaseModel):
-    """Remove a page from every shard."""
+    """Remove a page from every shard; ``parent_job_id`` names the reconcile it is part of."""
 
     v: Literal[1] = 1
     job_id: str
     page_id: int
+    parent_job_id: str | None = None
     request_id: str | None = None
 
 

@@ -68,6 +68,13 @@ class RetrievedDocument(BaseModel):
     score: float = 0.0
 
 
+class PageDocuments(BaseModel):
+    """``GET /v1/pages/{page_id}``: every indexed paragraph of one page, in paragraph order (score 0)."""
+
+    page_id: int
+    documents: list[RetrievedDocument]
+
+
 class RetrieveResponse(BaseModel):
     """Documents, the debug view of every stage, and per-stage timings."""
 

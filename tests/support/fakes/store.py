@@ -115,6 +115,12 @@ class MemoryStore:
         states = [await self.page_state(page_id=p) for p in sorted({*self.pages, *self.states})]
         return [s for s in states if s is not None][offset : offset + limit]
 
+    async def page_revisions(self) -> dict[int, int]:
+        """Every held page id with its revision."""
+        return {
+            s.page_id: s.revision_id for s in await self.list_pages(limit=len(self.pages) + len(self.states))
+        }
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """The page's paragraphs in paragraph order (score 0)."""
         paragraphs = sorted(self.pages.get(page_id, []), key=lambda p: p.paragraph)

@@ -40,6 +40,11 @@ class FakeRuntime:
     """A worker's ``Runtime`` without a worker process: the context, each coroutine on a fresh loop."""
 
     ctx: IndexingContext
+    generations: None = None
+
+    async def contexts_for(self, command: object) -> list[IndexingContext]:
+        """The one context (no index generations here)."""
+        return [self.ctx]
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run the coroutine to completion."""

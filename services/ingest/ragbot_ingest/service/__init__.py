@@ -1,14 +1,15 @@
 """What ingest decides: which requests become jobs and commands. No HTTP, no vendor types here.
 
 One module per kind of request: ``pages`` (pings, pushes, deletes, page state), ``uploads``,
-``reindex`` and ``jobs`` (retries); ``queueing`` records a job and sends its command, and ``ports``
-names what they need from outside (job records, upload ids, the command sender).
+``reindex``, ``reconcile`` and ``jobs`` (retries); ``queueing`` records a job and sends its command,
+and ``ports`` names what they need from outside (job records, upload ids, the command sender).
 """
 
 from ragbot.errors import BodyTooLarge, UploadsRefused
 from ragbot_ingest.service.jobs import retry_job
 from ragbot_ingest.service.pages import accept_delete, accept_ping, accept_push, list_pages, page_state
 from ragbot_ingest.service.ports import CommandSender, JobRepository, UploadIds
+from ragbot_ingest.service.reconcile import ReconcileOutcome, accept_reconcile
 from ragbot_ingest.service.reindex import (
     SpooledPages,
     accept_reindex_pages,
@@ -22,6 +23,7 @@ __all__ = [
     "BodyTooLarge",
     "CommandSender",
     "JobRepository",
+    "ReconcileOutcome",
     "SpooledPages",
     "Upload",
     "UploadIds",
@@ -29,6 +31,7 @@ __all__ = [
     "accept_delete",
     "accept_ping",
     "accept_push",
+    "accept_reconcile",
     "accept_reindex_pages",
     "accept_reindex_wiki",
     "accept_uploads",

@@ -27,10 +27,11 @@ logger = logging.getLogger(__name__)
 async def retry_job(*, job_id: str, jobs: JobRepository, sender: CommandSender) -> JobRecord:
     """Re-send a dead-lettered job's stored command, under the current request id.
 
-    A reindex job is not itself on the dead letters: retrying it re-sends each of its failed batches.
+    A reindex or reconcile job is not itself on the dead letters: retrying it re-sends each of its
+    failed batches.
     """
     current = await jobs.get(job_id=job_id)
-    if current is not None and current.kind is JobKind.reindex:
+    if current is not None and current.kind in (JobKind.reindex, JobKind.reconcile):
         return await _retry_reindex(record=current, jobs=jobs, sender=sender)
     record = await jobs.requeue(job_id=job_id)
     task, message = _command_of(record)

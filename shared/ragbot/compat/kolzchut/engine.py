@@ -252,6 +252,8 @@ class Engine:
             out[self._branch_key(branch)] = [
                 self._candidate(h) for h in result.candidates.get(branch.name, [])
             ]
+        for branch in result.skipped_branches:  # routed away by language: still a key, no candidates
+            out.setdefault(self._branch_key(branch), [])
         return out
 
     def _candidate(self, hit: SearchHit) -> dict[str, Any]:

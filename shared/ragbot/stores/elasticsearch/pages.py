@@ -115,6 +115,25 @@ async def list_pages(client: AsyncElasticsearch, *, pattern: str, limit: int, of
     return states
 
 
+async def page_revisions(client: AsyncElasticsearch, *, pattern: str) -> dict[int, int]:
+    """Every page id with its newest revision: the composite aggregation walked to its end, with a max."""
+    found: dict[int, int] = {}
+    after: dict[str, Any] | None = None
+    while True:
+        buckets = await _page_buckets(
+            client,
+            pattern=pattern,
+            size=PAGE_SIZE,
+            after=after,
+            sub_aggs={"newest": {"max": {"field": "revision_id"}}},
+        )
+        for bucket in buckets:
+            found[int(bucket["key"]["page_id"])] = int(bucket["newest"]["value"])
+        if len(buckets) < PAGE_SIZE:
+            return found
+        after = buckets[-1]["key"]
+
+
 async def _page_buckets(
     client: AsyncElasticsearch,
     *,

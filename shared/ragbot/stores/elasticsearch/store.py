@@ -8,7 +8,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from elasticsearch import ApiError, AsyncElasticsearch, TransportError
@@ -38,6 +38,45 @@ from ragbot.stores.mapping import index_pattern, index_template, template_name
 
 logger = logging.getLogger(__name__)
 _RECHECK_S = 60.0
+
+
+def build_client(settings: StoreSettings) -> AsyncElasticsearch:
+    """The async client for the configured cluster (connects lazily)."""
+    auth = None
+    if settings.es_username:
+        auth = (
+            settings.es_username,
+            settings.es_password.get_secret_value() if settings.es_password else "",
+        )
+    # Several comma-separated URLs are nodes of one cluster: the client round-robins and moves a
+    # request off a node that stopped answering (operations.md, "When a node or Redis restarts").
+    hosts = [url.strip() for url in settings.es_url.split(",") if url.strip()]
+    return AsyncElasticsearch(
+        hosts,
+        basic_auth=auth,
+        request_timeout=settings.es_timeout_s,
+        max_retries=1,
+        retry_on_timeout=False,
+        # orjson: bulk bodies are mostly vectors, and the stdlib encoder is slow on them
+        # (docs/benchmarks.md).
+        serializer=OrjsonSerializer(),
+    )
+
+
+@asynccontextmanager
+async def es_errors(what: str) -> AsyncIterator[None]:
+    """Translate the client's errors into ragbot's; name what we were doing."""
+    try:
+        yield
+    except ApiError as exc:
+        status = exc.meta.status
+        if status in (408, 429) or status >= 500:
+            raise StoreUnavailable(
+                f"elasticsearch {what}: {status} {exc.message}", dependency=DEPENDENCY
+            ) from exc
+        raise RagbotError(f"elasticsearch refused {what}: {status} {exc.message} {exc.body}") from exc
+    except (TransportError, TimeoutError, OSError) as exc:
+        raise StoreUnavailable(f"elasticsearch {what}: {exc}", dependency=DEPENDENCY) from exc
 
 
 class ElasticsearchStore:
@@ -81,39 +120,12 @@ class ElasticsearchStore:
     @property
     def _client(self) -> AsyncElasticsearch:
         if self._client_obj is None:
-            s = self._settings
-            auth = None
-            if s.es_username:
-                auth = (s.es_username, s.es_password.get_secret_value() if s.es_password else "")
-            # Several comma-separated URLs are nodes of one cluster: the client round-robins and moves a
-            # request off a node that stopped answering (operations.md, "When a node or Redis restarts").
-            hosts = [url.strip() for url in s.es_url.split(",") if url.strip()]
-            self._client_obj = AsyncElasticsearch(
-                hosts,
-                basic_auth=auth,
-                request_timeout=s.es_timeout_s,
-                max_retries=1,
-                retry_on_timeout=False,
-                # orjson: bulk bodies are mostly vectors, and the stdlib encoder is slow on them
-                # (docs/benchmarks.md).
-                serializer=OrjsonSerializer(),
-            )
+            self._client_obj = build_client(self._settings)
         return self._client_obj
 
-    @asynccontextmanager
-    async def _errors(self, what: str) -> AsyncIterator[None]:
+    def _errors(self, what: str) -> AbstractAsyncContextManager[None]:
         """Translate the client's errors into ragbot's; name what we were doing."""
-        try:
-            yield
-        except ApiError as exc:
-            status = exc.meta.status
-            if status in (408, 429) or status >= 500:
-                raise StoreUnavailable(
-                    f"elasticsearch {what}: {status} {exc.message}", dependency=DEPENDENCY
-                ) from exc
-            raise RagbotError(f"elasticsearch refused {what}: {status} {exc.message} {exc.body}") from exc
-        except (TransportError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"elasticsearch {what}: {exc}", dependency=DEPENDENCY) from exc
+        return es_errors(what)
 
     # ---- SearchStore ----------------------------------------------------------------------------
 
@@ -200,6 +212,11 @@ class ElasticsearchStore:
         check_window(limit=limit, offset=offset)
         async with self._errors("listing pages"):
             return await pages.list_pages(self._client, pattern=self._pattern, limit=limit, offset=offset)
+
+    async def page_revisions(self) -> dict[int, int]:
+        """Every indexed page id with its newest revision (the composite aggregation walked to its end)."""
+        async with self._errors("listing page revisions"):
+            return await pages.page_revisions(self._client, pattern=self._pattern)
 
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """The newest revision's paragraphs in paragraph order (score 0)."""

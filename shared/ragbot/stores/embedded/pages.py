@@ -72,6 +72,13 @@ def list_pages(conn: sqlite3.Connection, *, limit: int, offset: int) -> list[Pag
     return _page_states(window, rows)
 
 
+def page_revisions(conn: sqlite3.Connection) -> dict[int, int]:
+    """Every page id with its newest revision, in one grouped scan of the page index."""
+    with snapshot(conn):
+        rows = conn.execute("SELECT page_id, MAX(revision_id) FROM paragraphs GROUP BY page_id").fetchall()
+    return {int(page_id): int(revision) for page_id, revision in rows}
+
+
 def _page_states(
     window: Sequence[tuple[int, int]], rows: Iterable[tuple[int, int, int, Any, Any]]
 ) -> list[PageState]:

@@ -165,6 +165,10 @@ class EmbeddedStore:
         check_window(limit=limit, offset=offset)
         return await self._db.run(lambda: pages.list_pages(self._db.conn(), limit=limit, offset=offset))
 
+    async def page_revisions(self) -> dict[int, int]:
+        """Every indexed page id with its newest revision (one grouped scan)."""
+        return await self._db.run(lambda: pages.page_revisions(self._db.conn()))
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """Every paragraph of the page in paragraph order (score 0)."""
 

@@ -39,7 +39,9 @@ function scrollToEnd(force = false) {
 }
 
 async function startSession() {
-  const info = await api("/v1/sessions", { method: "POST", body: { mode: modeSelect.value } });
+  // An empty choice leaves the mode to the server (RAGBOT_CHAT_DEFAULT_MODE); the select then shows it.
+  const info = await api("/v1/sessions", { method: "POST", body: { mode: modeSelect.value || undefined } });
+  modeSelect.value = info.mode;
   sessionId = info.session_id;
   sessionStorage.setItem(SESSION_KEY, sessionId);
   return sessionId;
@@ -179,7 +181,7 @@ async function ask(text, { retried = false } = {}) {
   try {
     await postStream(
       `/v1/sessions/${encodeURIComponent(sessionId)}/messages`,
-      { question: text, mode: modeSelect.value },
+      { question: text, mode: modeSelect.value || undefined },
       (name, data) => {
         if (name === "sources") {
           sources = data.sources || [];

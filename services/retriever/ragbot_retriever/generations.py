@@ -1,0 +1,167 @@
+"""The retriever's live index generation: opened with its own definition, followed when it switches.
+
+At start the retriever reads the live generation (``Generations.live``) and queries it with the
+definition recorded in its meta, not the definition file: a file edited for a re-embed that has
+not switched yet never breaks a query. ``follow`` then polls the pointer; when a re-embed switches
+it, the new generation's models and store are loaded and warmed beside the old ones, the
+``Resources`` are swapped in one assignment each (a request reads them once), and the old store and
+models are closed a little later, once the queries that started on them have ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from ragbot.definition import DocumentDefinition, definition_to_json, parse_definition
+from ragbot.errors import RagbotError
+from ragbot.ports import Embedder, Generation, Generations, Reranker
+from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.settings import StoreSettings
+from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation
+from ragbot_retriever.deps import Resources
+
+logger = logging.getLogger(__name__)
+
+EmbeddersFor = Callable[[DocumentDefinition], Mapping[str, Embedder]]
+CLOSE_AFTER_S = 30.0
+
+
+@dataclass(slots=True)
+class Serving:
+    """One generation as the retriever serves it."""
+
+    opened: OpenedGeneration
+    embedders: Mapping[str, Embedder]
+    engine: RetrievalEngine
+
+
+def definition_for(generation: Generation, configured: DocumentDefinition) -> DocumentDefinition:
+    """The definition to query a generation with: its own, else (made before generations) the file's."""
+    if generation.definition is None:
+        return configured
+    return parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
+
+
+async def live_or_legacy(generations: Generations) -> Generation:
+    """The live generation; ``LEGACY`` with no meta when the store does not answer yet."""
+    try:
+        return await generations.live()
+    except RagbotError as exc:
+        logger.warning("could not read the live generation at start (%s); reading %s", exc, LEGACY)
+        return Generation(LEGACY)
+
+
+async def serve(
+    *,
+    generation: Generation,
+    configured: DocumentDefinition,
+    store_settings: StoreSettings,
+    embedders_for: EmbeddersFor,
+    reranker: Reranker | None,
+    defaults: RetrievalDefaults,
+    store_timeout_s: float,
+    reuse: Serving | None = None,
+) -> Serving:
+    """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
+    definition = definition_for(generation, configured)
+    if reuse is not None and reuse.opened.definition == definition:
+        embedders = reuse.embedders
+    else:
+        embedders = await asyncio.to_thread(_loaded, embedders_for, definition)
+    dimensions = dict(generation.dimensions) or {
+        v.name: embedders[v.model].dimension for v in definition.vector_fields
+    }
+    opened = open_generation(
+        settings=store_settings,
+        generation=generation,
+        configured=definition,
+        configured_dimensions=dimensions,
+    )
+    try:
+        await asyncio.wait_for(opened.store.ensure_ready(), timeout=store_timeout_s)
+        await opened.store.warm_up()
+    except (TimeoutError, RagbotError) as exc:  # start anyway: /readyz and every request say 503
+        logger.warning("store not ready (generation %s): %s", generation.generation_id, exc)
+    engine = RetrievalEngine(
+        store=opened.store,
+        embedders=embedders,
+        definition=opened.definition,
+        reranker=reranker,
+        defaults=defaults,
+    )
+    if generation.definition is not None and generation.definition != definition_to_json(configured):
+        logger.warning(
+            "the definition file differs from live generation %s; queries use that generation's "
+            "definition until a re-embed switches",
+            generation.generation_id,
+        )
+    return Serving(opened=opened, embedders=embedders, engine=engine)
+
+
+def _loaded(embedders_for: EmbeddersFor, definition: DocumentDefinition) -> Mapping[str, Embedder]:
+    embedders = embedders_for(definition)
+    for embedder in embedders.values():
+        embedder.warm_up()
+    return embedders
+
+
+def install(resources: Resources, serving: Serving) -> None:
+    """Point the resources at a generation (each a single assignment)."""
+    resources.engine = serving.engine
+    resources.store = serving.opened.store
+    resources.embedders = serving.embedders
+    resources.definition = serving.opened.definition
+    resources.extra["generation"] = serving.opened.generation.generation_id
+
+
+async def close(serving: Serving, *, keep_models: bool) -> None:
+    """Close a generation's store, and its models unless the next one shares them."""
+    await serving.opened.store.close()
+    if not keep_models:
+        for embedder in serving.embedders.values():
+            embedder.close()
+
+
+async def follow(
+    *,
+    resources: Resources,
+    current: Serving,
+    generations: Generations,
+    poll_s: float,
+    load: Callable[[Generation, Serving], Awaitable[Serving]],
+    close_after_s: float = CLOSE_AFTER_S,
+) -> None:
+    """Poll the pointer forever; on a switch, serve the new generation and retire the old one."""
+    retiring: set[asyncio.Task[None]] = set()
+    while True:
+        await asyncio.sleep(poll_s)
+        try:
+            live = await generations.live()
+        except RagbotError as exc:
+            logger.warning("could not read the live generation: %s", exc)
+            continue
+        if live.generation_id == current.opened.generation.generation_id:
+            continue
+        logger.info(
+            "live generation switched from %s to %s",
+            current.opened.generation.generation_id,
+            live.generation_id,
+        )
+        try:
+            new = await load(live, current)
+        except RagbotError as exc:  # keep serving the old one; try again at the next poll
+            logger.error("could not open generation %s: %s", live.generation_id, exc)
+            continue
+        install(resources, new)
+        old, current = current, new
+
+        async def retire(old: Serving = old, shared: bool = new.embedders is old.embedders) -> None:
+            await asyncio.sleep(close_after_s)
+            await close(old, keep_models=shared)
+
+        task = asyncio.create_task(retire())
+        retiring.add(task)
+        task.add_done_callback(retiring.discard)

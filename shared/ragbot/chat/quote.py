@@ -1,0 +1,182 @@
+"""The ``quote`` answer mode: the retrieved sentences that answer the question, each with its ``[n]``.
+
+No LLM is called. The numbered sources of the turn (already ranked and filtered by the retriever) are
+cut into sentences (``split_sentences``: lines and list items first, then ``.`` ``!`` ``?`` and the
+Hebrew/Arabic question marks followed by a space, the same in Hebrew and English); each sentence is
+scored against the question by the retriever's own loaded model (``POST /v1/similarity``: the query
+as a query, the sentence as a passage, cosine), so chat needs no model and a question in English still
+finds a Hebrew sentence. Two corrections are added to the cosine: ``lexical_weight`` times the share of
+the question's analyzer tokens (the BM25 analyzer, Hebrew prefixes included) the sentence holds, and
+``cross_language_bonus`` when the sentence is not in the question's language (e5-small's cosines
+across Hebrew and English run lower than within one language). When the retriever cannot score, the
+token share alone stands in, with its own floor, and the debug says so.
+
+``choose_sentences`` keeps at most ``max_sentences`` whose score is at least ``min_score`` and within
+``margin`` of the best, then ``compose`` writes them grouped by source in rank order, in document order
+inside a paragraph, each followed by its source's ``[n]``. Nothing at ``min_score``: no sentence is
+quoted and the turn abstains with the fixed "no relevant documents" answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ragbot.chat.retriever import Retriever
+from ragbot.errors import DependencyUnavailable, ValidationFailed
+from ragbot.prompts import PromptDocument, detect_language
+from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
+from ragbot.text import analyze
+
+__all__ = ["QuoteOptions", "Scored", "Sentence", "choose_sentences", "compose", "score", "split_sentences"]
+
+# A markdown link or image: its text stays, the target goes.
+_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
+_BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+_HEADING = re.compile(r"^\s*#{1,6}\s")
+_RULE = re.compile(r"^\s*[-=_*|:\s]{3,}$")
+# A sentence ends at . ! ? … (or the Hebrew sof pasuq, the Arabic question mark) before a space, unless
+# the period closes a one- or two-letter Latin abbreviation ("e.g.", "Dr.") or a lone digit ("1.").
+_SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])(?<!\b[A-Za-z]\.)(?<!\b[A-Za-z]{2}\.)(?<!\b\d\.)\s+")
+_LINK_TAIL = re.compile(r"\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
+_URL = re.compile(r"https?://|www\.", re.IGNORECASE)
+_EMPHASIS = re.compile(r"\*\*|__|`")
+_CITATION_LIKE = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
+MIN_WORDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteOptions:
+    """How many sentences, how good the best must be, how far below it the others may be."""
+
+    max_sentences: int = 3
+    min_score: float = 0.8
+    margin: float = 0.04
+    model: str | None = None
+    lexical_min_score: float = 0.5
+    lexical_weight: float = 0.0
+    cross_language_bonus: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """A sentence of source ``number``, ``position`` in its paragraph."""
+
+    number: int
+    position: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """The sentences, their scores and how they were scored."""
+
+    sentences: list[Sentence]
+    scores: list[float]
+    scorer: str
+    error: str | None = None
+
+
+def clean_line(line: str) -> str:
+    """A line as a reader sees it: link text without targets, no bullets, emphasis or stray ``[n]``."""
+    line = _LINK.sub(r"\1", line)
+    line = _CITATION_LIKE.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
+    line = _LINK_TAIL.sub("", line).replace("[", "")  # a link the paragraph split cut in two
+    line = _BULLET.sub("", line)
+    line = _EMPHASIS.sub("", line)
+    return " ".join(line.split())
+
+
+def split_sentences(text: str, *, title: str = "") -> list[str]:
+    """The sentences of a paragraph in order: lines and list items, then sentence ends; headings, rules,
+    fragments under ``MIN_WORDS`` words, and page furniture (a line holding a URL or the page's whole
+    title, such as "This document covers topics related to: <title>") are left out."""
+    out: list[str] = []
+    title = " ".join(title.split()).casefold()
+    for raw in _LINK.sub(r"\1", text).splitlines():
+        if _HEADING.match(raw) or _RULE.match(raw):
+            continue
+        line = clean_line(raw)
+        for piece in _SENTENCE_END.split(line):
+            piece = piece.strip()
+            if _URL.search(piece) or (len(title) > 3 and title in piece.casefold()):
+                continue
+            if len(piece.split()) >= MIN_WORDS:
+                out.append(piece[:MAX_SIMILARITY_TEXT_CHARS])
+    return out
+
+
+def sentences_of(documents: Sequence[PromptDocument]) -> list[Sentence]:
+    """Every sentence of the numbered documents, in rank then document order, capped at what the
+    retriever scores in one call (and without repeats: the first source that says it keeps it)."""
+    seen: set[str] = set()
+    out: list[Sentence] = []
+    for doc in documents:
+        for position, text in enumerate(split_sentences(doc.text, title=doc.title)):
+            key = text.casefold()
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Sentence(doc.number, position, text))
+            if len(out) == MAX_SIMILARITY_TEXTS:
+                return out
+    return out
+
+
+def overlap(question: str, sentence: str) -> float:
+    """The share of the question's distinct analyzer tokens that the sentence holds (0..1)."""
+    wanted = {t for t in analyze(question) if len(t) > 1}
+    if not wanted:
+        return 0.0
+    return len(wanted & set(analyze(sentence))) / len(wanted)
+
+
+async def score(
+    *, retriever: Retriever, question: str, sentences: Sequence[Sentence], options: QuoteOptions
+) -> Scored:
+    """Cosines from the retriever's model; token overlap when the retriever cannot score."""
+    if not sentences:
+        return Scored([], [], "none")
+    try:
+        response = await retriever.similarity(
+            SimilarityRequest(query=question, texts=[s.text for s in sentences], model=options.model)
+        )
+    except (DependencyUnavailable, ValidationFailed) as exc:
+        lexical = [overlap(question, s.text) for s in sentences]
+        return Scored(list(sentences), lexical, "overlap", str(exc))
+    weight, language = options.lexical_weight, detect_language(question)
+    scores = [
+        c
+        + (weight * overlap(question, s.text) if weight else 0.0)
+        + (options.cross_language_bonus if detect_language(s.text) != language else 0.0)
+        for c, s in zip(response.scores, sentences, strict=True)
+    ]
+    return Scored(list(sentences), scores, f"similarity:{response.model}")
+
+
+def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
+    """The best sentences (at most ``max_sentences``, at least the floor, within ``margin`` of the
+    best), in rank order of their sources and document order inside each; empty when none passes."""
+    if not scored.scores:
+        return []
+    floor = options.lexical_min_score if scored.scorer == "overlap" else options.min_score
+    best = max(scored.scores)
+    if best < floor:
+        return []
+    cut = max(floor, best - options.margin)
+    ranked = sorted(range(len(scored.sentences)), key=lambda i: -scored.scores[i])
+    kept = [scored.sentences[i] for i in ranked[: options.max_sentences] if scored.scores[i] >= cut]
+    order = {n: i for i, n in enumerate(dict.fromkeys(s.number for s in scored.sentences))}
+    return sorted(kept, key=lambda s: (order[s.number], s.position))
+
+
+def compose(chosen: Sequence[Sentence]) -> list[str]:
+    """The answer's pieces, as streamed: each sentence with its ``[n]``; a new source starts a paragraph."""
+    pieces: list[str] = []
+    previous: int | None = None
+    for sentence in chosen:
+        lead = "" if previous is None else (" " if sentence.number == previous else "\n\n")
+        pieces.append(f"{lead}{sentence.text} [{sentence.number}]")
+        previous = sentence.number
+    return pieces

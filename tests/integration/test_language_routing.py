@@ -1,0 +1,198 @@
+"""Language routing end to end on both stores: the shipped definition, the real packaged models.
+
+A small bilingual wiki (Hebrew and English pages) is embedded by MiniLM (English only, by the
+packaged defaults) and multilingual-e5-small, stored in the embedded store or Elasticsearch, and
+searched through the retrieval engine: a Hebrew question must never reach MiniLM's field, an
+English one must reach every field, and routing off must search every field again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragbot.definition import DocumentDefinition, load_definition, parse_definition
+from ragbot.embedders import build_embedders
+from ragbot.ports import Embedder, SearchStore, StoredParagraph
+from ragbot.retrieval import BM25_BRANCH, RetrievalDefaults, RetrievalEngine
+from ragbot.schemas.retrieval import RetrieveRequest
+from ragbot.settings import ModelSettings, StoreSettings
+from ragbot.stores import build_store, doc_id
+from ragbot.stores.elasticsearch import ElasticsearchStore
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+MINILM_FIELD = "content_all-MiniLM-L6-v2_vectors"
+E5_FIELDS = {"title_multilingual-e5-small_vectors", "content_multilingual-e5-small_vectors"}
+PAGES: dict[int, tuple[str, list[str]]] = {
+    1: (
+        "דמי אבטלה",
+        [
+            "דמי אבטלה משולמים למי שפוטר מעבודתו ונרשם בלשכת התעסוקה כדורש עבודה.",
+            "כדי לקבל דמי אבטלה יש להגיש תביעה לביטוח הלאומי בתוך שנה מיום הפיטורים.",
+        ],
+    ),
+    2: (
+        "חופשת לידה",
+        [
+            "עובדת שילדה זכאית לחופשת לידה של 26 שבועות, מתוכם 15 שבועות בתשלום.",
+            "דמי לידה משולמים על ידי הביטוח הלאומי במקום המשכורת.",
+        ],
+    ),
+    3: (
+        "שכר מינימום",
+        ["שכר המינימום בישראל נקבע בחוק ומתעדכן מדי שנה.", "מעסיק חייב לשלם לפחות שכר מינימום."],
+    ),
+    4: (
+        "Unemployment benefits",
+        [
+            "Unemployment benefits are paid to dismissed workers registered at the employment service.",
+            "To receive unemployment benefits, file a claim with the National Insurance Institute.",
+        ],
+    ),
+    5: (
+        "Maternity leave",
+        ["A worker who gave birth is entitled to 26 weeks of maternity leave, 15 of them paid."],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def definition() -> DocumentDefinition:
+    """The shipped definition: MiniLM on content, multilingual-e5-small on title and content."""
+    return load_definition(ROOT / "config" / "definition.json")
+
+
+@pytest.fixture(scope="module")
+def embedders(definition: DocumentDefinition) -> dict[str, Embedder]:
+    """The real packaged models, loaded once for the module."""
+    built = build_embedders(settings=ModelSettings(models_location=None, device="cpu"), definition=definition)
+    for embedder in built.values():
+        embedder.warm_up()
+    return built
+
+
+def paragraphs(definition: DocumentDefinition, embedders: dict[str, Embedder]) -> list[list[StoredParagraph]]:
+    pages = []
+    for page_id, (title, texts) in PAGES.items():
+        rows = [
+            {"title": title, "content": text, "page_id": page_id, "url": f"https://wiki.example/{page_id}"}
+            for text in texts
+        ]
+        vectors: dict[str, Any] = {}
+        for v in definition.vector_fields:
+            vectors[v.name] = embedders[v.model].embed_passages([str(r[v.field]) for r in rows])
+        pages.append(
+            [
+                StoredParagraph(
+                    doc_id(page_id, 1, n),
+                    page_id,
+                    1,
+                    n,
+                    row,
+                    {name: matrix[n] for name, matrix in vectors.items()},
+                )
+                for n, row in enumerate(rows)
+            ]
+        )
+    return pages
+
+
+@pytest.fixture(params=["embedded", "elasticsearch"])
+async def store(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    definition: DocumentDefinition,
+    embedders: dict[str, Embedder],
+) -> AsyncIterator[SearchStore]:
+    """A fresh store holding the bilingual pages: a temp SQLite file, or a uuid prefix on the real ES."""
+    if request.param == "embedded":
+        settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "routing.sqlite3")
+    else:
+        settings = StoreSettings(
+            backend="elasticsearch",
+            es_url=request.getfixturevalue("es_url"),
+            es_index_prefix=f"test_routing_{uuid.uuid4().hex[:12]}",
+            vector_search="exact",
+        )
+    dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+    opened = build_store(settings=settings, definition=definition, dimensions=dimensions)
+    await opened.ensure_ready()
+    try:
+        for page in paragraphs(definition, embedders):
+            await opened.replace_page(page_id=page[0].page_id, revision_id=1, paragraphs=page)
+        yield opened
+    finally:
+        if isinstance(opened, ElasticsearchStore):
+            await opened.drop_indices()
+        await opened.close()
+
+
+def engine_on(
+    store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder], *, routing: bool
+) -> RetrievalEngine:
+    return RetrievalEngine(
+        store=store,
+        embedders=embedders,
+        definition=definition,
+        defaults=RetrievalDefaults(fusion="score", rerank=False, language_routing=routing),
+    )
+
+
+async def test_a_hebrew_question_skips_the_english_model(
+    store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    engine = engine_on(store, definition, embedders, routing=True)
+    response = await engine.retrieve(
+        RetrieveRequest(query="איך מגישים תביעה לדמי אבטלה?", paragraphs_per_page=[2, 1])
+    )
+    debug = response.debug
+    assert set(debug["branches"]) == E5_FIELDS | {BM25_BRANCH}
+    routing = debug["routing"]
+    assert routing["detected"]["script"] == "hebrew" and "he" in routing["detected"]["languages"]
+    assert set(routing["ran"]) == E5_FIELDS | {BM25_BRANCH}
+    assert set(routing["skipped"]) == {MINILM_FIELD}
+    assert "serves en only" in routing["skipped"][MINILM_FIELD]
+    assert all(MINILM_FIELD not in f["ranks"] for f in debug["fused"])
+    assert response.documents[0]["page_id"] == 1
+
+    english = await engine.retrieve(RetrieveRequest(query="How do I claim unemployment benefits?"))
+    assert set(english.debug["branches"]) == E5_FIELDS | {MINILM_FIELD, BM25_BRANCH}
+    assert english.debug["routing"]["skipped"] == {}
+    assert english.debug["branches"][MINILM_FIELD]["candidates"]
+    assert english.documents[0]["page_id"] == 4
+
+
+async def test_routing_off_fuses_every_field_again(
+    store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    engine = engine_on(store, definition, embedders, routing=False)
+    response = await engine.retrieve(RetrieveRequest(query="איך מגישים תביעה לדמי אבטלה?"))
+    assert set(response.debug["branches"]) == E5_FIELDS | {MINILM_FIELD, BM25_BRANCH}
+    assert response.debug["routing"]["enabled"] is False
+    assert any(MINILM_FIELD in f["ranks"] for f in response.debug["fused"])
+
+
+async def test_a_definition_that_declares_languages_routes_by_them(
+    store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    """The same stored fields, with e5's title declared English-only: a Hebrew question keeps e5's content."""
+    raw_models = {m: definition.model_entry(m) for m in definition.models}
+    raw_models["multilingual-e5-small"]["languages"] = {"title": ["en"], "content": ["*"]}
+    declared = parse_definition(
+        {
+            "identifier_field": definition.identifier_field,
+            "saved_fields": definition.saved_fields,
+            "field_for_llm": definition.field_for_llm,
+            "models": raw_models,
+        }
+    )
+    engine = engine_on(store, declared, embedders, routing=True)
+    response = await engine.retrieve(RetrieveRequest(query="כמה שבועות חופשת לידה?"))
+    assert set(response.debug["routing"]["ran"]) == {"content_multilingual-e5-small_vectors", BM25_BRANCH}
+    assert response.documents[0]["page_id"] == 2
