@@ -151,6 +151,7 @@ def dense_debug(docs: Sequence[dict[str, Any]], cosines: Sequence[float]) -> dic
             {
                 "_id": d["_id"],
                 "page_id": d["page_id"],
+                "score": d.get("score", 0.0),
                 "raw_scores": {"content_m_vectors": 1.0 + c, "bm25": 3.0},
             }
             for d, c in zip(docs, cosines, strict=True)
@@ -180,8 +181,12 @@ class StaticRetriever:
         if request.filters and "page_id" in request.filters:
             pairs = [(d, c) for d, c in pairs if d["page_id"] == request.filters["page_id"]]
         docs = [d for d, _ in pairs]
-        return RetrieveResponse(
-            documents=docs, debug=dense_debug(docs, [c for _, c in pairs]), timings_ms={"total": 1.0}
+        return RetrieveResponse.model_validate(
+            {
+                "documents": docs,
+                "debug": dense_debug(docs, [c for _, c in pairs]),
+                "timings_ms": {"total": 1.0},
+            }
         )
 
     async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:

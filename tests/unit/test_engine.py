@@ -84,12 +84,13 @@ async def test_hybrid_searches_every_vector_field_and_bm25_and_groups_by_page() 
     assert sorted(store.calls) == sorted(
         ["bm25", "knn:content_alpha_vectors", "knn:title_beta_vectors", "knn:content_beta_vectors"]
     )
-    docs = response.documents
+    docs = response.model_dump(mode="json")["documents"]
     assert [d["page_id"] for d in docs][:2] == [1, 1]
     assert len(docs) == 3 and len({d["page_id"] for d in docs}) == 2
     assert all(not k.endswith("_vectors") for d in docs for k in d)
     assert {"_id", "score", "page_id", "content", "title"} <= set(docs[0])
-    branches = response.debug["branches"]
+    assert response.documents[0].content and response.documents[0].id == docs[0]["_id"]
+    branches = response.model_dump(mode="json")["debug"]["branches"]
     assert set(branches) == {
         "content_alpha_vectors",
         "title_beta_vectors",
@@ -98,7 +99,7 @@ async def test_hybrid_searches_every_vector_field_and_bm25_and_groups_by_page() 
     }
     bm25 = branches[BM25_BRANCH]["candidates"]
     assert {"_id", "score", "title", "page_id"} <= set(bm25[0])
-    assert response.debug["fused"][0]["ranks"]
+    assert response.debug.fused[0].ranks and response.debug.branches[BM25_BRANCH].kind == "bm25"
     assert set(response.timings_ms) == {"embed", "dense", "bm25", "fusion", "rerank", "total"}
     assert response.timings_ms["total"] >= response.timings_ms["fusion"]
 
@@ -214,20 +215,20 @@ async def test_rerank_reorders_cuts_and_reports_no_relevant_paragraphs() -> None
     engine.defaults = RetrievalDefaults(rerank_top_n=8, rerank_min_score=0.5, rerank_gap_ratio=0.5)
     response = await engine.retrieve(RetrieveRequest(query="rent help benefits", paragraphs_per_page=[3, 3]))
     assert len(reranker.seen) == 8
-    assert [d["content"] for d in response.documents] == [
+    assert [d.content for d in response.documents] == [
         "Rent assistance for new immigrants",
         "How to apply for rent help",
     ]
-    assert response.documents[0]["score"] == 0.9
-    assert response.debug["rerank"]["kept"] == 2
+    assert response.documents[0].score == 0.9
+    assert response.debug.rerank is not None and response.debug.rerank.kept == 2
     assert response.timings_ms["rerank"] > 0
 
     engine.reranker = FakeReranker({})
     empty = await engine.retrieve(RetrieveRequest(query="rent help benefits"))
-    assert empty.documents == [] and empty.debug["rerank"]["no_relevant_paragraphs"] is True
+    assert empty.documents == [] and empty.debug.rerank and empty.debug.rerank.no_relevant_paragraphs
 
     skipped = await engine.retrieve(RetrieveRequest(query="rent help benefits", rerank=False))
-    assert skipped.documents and skipped.debug["rerank"] is None
+    assert skipped.documents and skipped.debug.rerank is None
 
 
 async def test_rerank_without_reranker_is_refused() -> None:

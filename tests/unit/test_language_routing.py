@@ -221,30 +221,31 @@ async def test_engine_routes_a_hebrew_question_away_from_the_english_model() -> 
     engine, store = engine_for()
     response = await engine.retrieve(RetrieveRequest(query="מי זכאי לדמי אבטלה"))
     assert sorted(store.calls) == ["bm25", "knn:content_e5_vectors", "knn:title_e5_vectors"]
-    debug = response.debug
+    debug = response.debug.model_dump()
     assert set(debug["branches"]) == {"content_e5_vectors", "title_e5_vectors", BM25_BRANCH}
     assert debug["branches"]["content_e5_vectors"]["languages"] == ["*"]
     assert debug["routing"]["skipped"].keys() == {"content_mini_vectors"}
-    assert response.documents and response.documents[0]["page_id"] == 1
+    assert response.documents and response.documents[0].page_id == 1
 
 
 async def test_engine_english_question_searches_every_branch() -> None:
     engine, store = engine_for()
     response = await engine.retrieve(RetrieveRequest(query="unemployment benefits"))
     assert "knn:content_mini_vectors" in store.calls and len(store.calls) == 4
-    assert response.debug["routing"]["skipped"] == {}
-    assert response.debug["branches"]["content_mini_vectors"]["languages"] == ["en"]
+    assert response.debug.model_dump()["routing"]["skipped"] == {}
+    assert response.debug.model_dump()["branches"]["content_mini_vectors"]["languages"] == ["en"]
 
 
 async def test_engine_routing_off_or_explicit_models_search_as_asked() -> None:
     engine, store = engine_for(language_routing=False)
     response = await engine.retrieve(RetrieveRequest(query="מי זכאי לדמי אבטלה"))
     assert "knn:content_mini_vectors" in store.calls
-    assert response.debug["routing"]["enabled"] is False
+    assert response.debug.model_dump()["routing"]["enabled"] is False
     engine, store = engine_for()
     response = await engine.retrieve(RetrieveRequest(query="מי זכאי לדמי אבטלה", models={"mini": 1.0}))
     assert store.calls.count("knn:content_mini_vectors") == 1
-    assert "names its models" in response.debug["routing"]["branches"]["content_mini_vectors"]["reason"]
+    routes = response.debug.model_dump()["routing"]["branches"]
+    assert "names its models" in routes["content_mini_vectors"]["reason"]
 
 
 async def test_engine_semantic_mode_with_only_an_english_model_still_searches() -> None:
@@ -258,4 +259,4 @@ async def test_engine_semantic_mode_with_only_an_english_model_still_searches() 
     engine = RetrievalEngine(store=store, embedders={"mini": emb}, definition=d)
     response = await engine.retrieve(RetrieveRequest(query="שכר מינימום", mode="semantic", rerank=False))
     assert store.calls == ["knn:content_mini_vectors"]
-    assert response.documents and response.debug["routing"]["fallback"] is True
+    assert response.documents and response.debug.model_dump()["routing"]["fallback"] is True

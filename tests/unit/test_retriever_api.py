@@ -6,17 +6,23 @@ models are covered by their own suites and by tests/integration).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from support.chat_fakes import serve_app
 from support.fakes import HashEmbedder, MemoryStore
 
+from ragbot.chat.retriever import HttpRetriever
 from ragbot.definition import parse_definition
+from ragbot.errors import NotFound
 from ragbot.ports import StoredParagraph
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.schemas.retrieval import PageDocuments
 from ragbot_retriever.app import create_app
 from ragbot_retriever.deps import Resources
 
@@ -50,9 +56,8 @@ def fakes() -> tuple[MemoryStore, HashEmbedder]:
     return two_pages(embedder), embedder
 
 
-@pytest.fixture()
-def client(fakes: tuple[MemoryStore, HashEmbedder]) -> Iterator[TestClient]:
-    store, embedder = fakes
+def retriever_app(store: MemoryStore, embedder: HashEmbedder) -> FastAPI:
+    """The retriever app over the fakes (the store is closed when the app stops)."""
 
     @asynccontextmanager
     async def resources() -> AsyncIterator[Resources]:
@@ -70,7 +75,13 @@ def client(fakes: tuple[MemoryStore, HashEmbedder]) -> Iterator[TestClient]:
     def factory() -> AbstractAsyncContextManager[Resources]:
         return resources()
 
-    with TestClient(create_app(resources=factory)) as c:
+    return create_app(resources=factory)
+
+
+@pytest.fixture()
+def client(fakes: tuple[MemoryStore, HashEmbedder]) -> Iterator[TestClient]:
+    store, embedder = fakes
+    with TestClient(retriever_app(store, embedder)) as c:
         yield c
     assert store.closed
 
@@ -103,6 +114,26 @@ def test_a_page_is_read_whole_in_paragraph_order_and_an_unknown_one_is_404(clien
     assert all(not key.endswith("_vectors") for d in body["documents"] for key in d)
     missing = client.get("/v1/pages/99")
     assert missing.status_code == 404 and "99" in missing.json()["detail"]
+
+
+def test_the_chat_services_http_client_reads_a_page_and_gets_not_found_for_an_unknown_one(
+    fakes: tuple[MemoryStore, HashEmbedder],
+) -> None:
+    async def read(url: str) -> tuple[PageDocuments, str]:
+        retriever = HttpRetriever(base_url=url, timeout_s=10)
+        try:
+            page = await retriever.page(1)
+            with pytest.raises(NotFound) as missing:
+                await retriever.page(99)
+            return page, str(missing.value)
+        finally:
+            await retriever.close()
+
+    with serve_app(retriever_app(*fakes)) as url:
+        page, missing = asyncio.run(read(url))
+    assert page.page_id == 1 and [d.id for d in page.documents] == ["1-1-0", "1-1-1", "1-1-2"]
+    assert page.documents[0].title == "page 1" and page.documents[0].content == "text 0"
+    assert "99" in missing
 
 
 def test_models_lists_dimensions_and_vector_fields(client: TestClient) -> None:

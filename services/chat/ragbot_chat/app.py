@@ -21,7 +21,9 @@ from ragbot.chat.kolzchut import ConfigStore, default_config
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
+from ragbot.chat.streams import STREAM_MODELS
 from ragbot.http.app import create_service_app, package_version
+from ragbot.http.streams import document_stream_models
 from ragbot.llms import build_llm
 from ragbot.messaging.redis import build_redis
 from ragbot.observability.tracing import traced_llm
@@ -136,6 +138,7 @@ def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings 
         lifespans=(mcp.running,),
     )
     mcp.mount(app)
+    document_stream_models(app, STREAM_MODELS)
     widget.install(app)
     install_ui(app)
     app.include_router(kolzchut_pages.router)

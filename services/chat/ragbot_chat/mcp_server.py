@@ -143,7 +143,9 @@ class ChatMcp:
             raise ToolError(str(exc)) from exc
         return RetrieveToolResult(
             query=request.query,
-            paragraphs=tool_paragraphs(response.documents, response.debug),
+            paragraphs=tool_paragraphs(
+                [d.model_dump() for d in response.documents], response.debug.model_dump()
+            ),
             timings_ms=response.timings_ms,
         )
 

@@ -13,7 +13,9 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
+from ragbot.chat import streams
 from ragbot.chat.events import (
     ChatEvent,
     ChatRequest,
@@ -36,6 +38,7 @@ from ragbot.chat.schemas import (
 )
 from ragbot.chat.sessions import new_id
 from ragbot.http.limits import rate_limit
+from ragbot.http.streams import event_stream_response
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.service import (
@@ -44,7 +47,6 @@ from ragbot_chat.service import (
     error_status,
     record_feedback,
     run_and_store,
-    sources_json,
 )
 from ragbot_chat.sse import CLIENT_GONE, event_stream, sse
 
@@ -100,38 +102,38 @@ async def give_feedback(*, res: Resources, message_id: str, body: FeedbackCreate
 def event_payload(
     event: ChatEvent, *, message_id: str, session_id: str | None, include_debug: bool
 ) -> dict[str, Any]:
-    """The JSON carried by one SSE event of the own API."""
+    """The JSON carried by one SSE event of the own API (``ragbot.chat.streams``' models)."""
+    data: BaseModel
     if isinstance(event, SourcesEvent):
-        payload: dict[str, Any] = {
-            "message_id": message_id,
-            "session_id": session_id,
-            "mode": event.mode,
-            "language": event.language,
-            "rewritten_question": event.rewritten_question,
-            "sources": sources_json(event.sources),
-        }
-        if include_debug:
-            payload["debug"] = event.debug
-        return payload
+        data = streams.SourcesEventData(
+            message_id=message_id,
+            session_id=session_id,
+            mode=event.mode,
+            language=event.language,
+            rewritten_question=event.rewritten_question,
+            sources=event.sources,
+            debug=event.debug if include_debug else None,
+        )
+        # ``debug`` is left out, not null, when it was not asked for.
+        return data.model_dump(mode="json", exclude={"debug"} if not include_debug else None)
     if isinstance(event, TokenEvent):
-        return {"text": event.text}
-    if isinstance(event, DoneEvent):
-        return {
-            "message_id": message_id,
-            "answer": event.answer,
-            "abstained": event.abstained,
-            "citations": sources_json(event.citations),
-            "retrieved_not_cited": sources_json(event.retrieved_not_cited),
-            "usage": event.usage,
-            "timings_ms": event.timings_ms,
-            "finish_reason": event.finish_reason,
-        }
-    return {
-        "message_id": message_id,
-        "message": event.message,
-        "dependency": event.dependency,
-        "stage": event.stage,
-    }
+        data = streams.TokenEventData(text=event.text)
+    elif isinstance(event, DoneEvent):
+        data = streams.DoneEventData(
+            message_id=message_id,
+            answer=event.answer,
+            abstained=event.abstained,
+            citations=event.citations,
+            retrieved_not_cited=event.retrieved_not_cited,
+            usage=Usage.model_validate(event.usage),
+            timings_ms=event.timings_ms,
+            finish_reason=event.finish_reason,
+        )
+    else:
+        data = streams.ErrorEventData(
+            message_id=message_id, message=event.message, dependency=event.dependency, stage=event.stage
+        )
+    return data.model_dump(mode="json")
 
 
 async def sse_stream(
@@ -195,7 +197,13 @@ async def get_session(session_id: str, res: ResourcesDep) -> SessionView:
 @router.post(
     "/sessions/{session_id}/messages",
     response_model=AnswerResponse,
-    responses={200: {"content": {"text/event-stream": {}}}, **LIMITED_RESPONSES},
+    responses={
+        **event_stream_response(
+            streams.NATIVE_EVENTS,
+            description="SSE (default): `sources`, `token`s, then `done` or `error`; JSON with stream=false",
+        ),
+        **LIMITED_RESPONSES,
+    },
     dependencies=[rate_limit("chat")],
 )
 async def post_message(

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
+from ragbot.chat import streams
 from ragbot.chat.events import (
     ChatEvent,
     ChatRequest,
@@ -28,6 +29,7 @@ from ragbot.chat.schemas import Mode, Source
 from ragbot.chat.sessions import new_id
 from ragbot.errors import ValidationFailed
 from ragbot.http.limits import rate_limit
+from ragbot.http.streams import event_stream_response
 from ragbot.prompts import Language, detect_language
 from ragbot_chat.deps import Resources, ResourcesDep
 from ragbot_chat.service import (
@@ -56,9 +58,13 @@ class ChatCompletionRequest(BaseModel):
 # -- use cases ---------------------------------------------------------------------------------------
 
 
-def openai_finish(reason: str | None) -> str:
+FinishReason = Literal["stop", "length", "content_filter", "tool_calls"]
+_FINISH: dict[str, FinishReason] = {r: r for r in ("stop", "length", "content_filter", "tool_calls")}
+
+
+def openai_finish(reason: str | None) -> FinishReason:
     """OpenAI's finish reasons only: an answer the loop detector ended (``loop``) stopped."""
-    return reason if reason in {"stop", "length", "content_filter", "tool_calls"} else "stop"
+    return _FINISH.get(reason or "", "stop")
 
 
 def openai_turn(*, res: Resources, messages: list[dict[str, Any]], mode: Mode | None) -> ChatRequest:
@@ -117,17 +123,24 @@ def openai_usage(usage: Mapping[str, int | None]) -> dict[str, int]:
 
 
 def openai_chunk(
-    *, completion_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None, **extra: Any
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    delta: streams.ChunkDelta,
+    finish: FinishReason | None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk``."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    """One ``chat.completion.chunk`` (``ragbot.chat.streams.ChatCompletionChunk``): only the fields set,
+    ``finish_reason`` always (null until the last)."""
+    chunk = streams.ChatCompletionChunk(
+        id=completion_id,
+        created=created,
+        model=model,
+        choices=[streams.ChunkChoice(index=0, delta=delta, finish_reason=finish)],
         **extra,
-    }
+    )
+    return chunk.model_dump(mode="json", exclude_unset=True)
 
 
 async def openai_stream(
@@ -145,7 +158,7 @@ async def openai_stream(
             completion_id=completion_id,
             created=created,
             model=model,
-            delta={"role": "assistant"},
+            delta=streams.ChunkDelta(role="assistant"),
             finish=None,
         )
     )
@@ -158,7 +171,7 @@ async def openai_stream(
                     completion_id=completion_id,
                     created=created,
                     model=model,
-                    delta={"content": event.text},
+                    delta=streams.ChunkDelta(content=event.text),
                     finish=None,
                 )
             )
@@ -170,7 +183,7 @@ async def openai_stream(
                         completion_id=completion_id,
                         created=created,
                         model=model,
-                        delta={"content": footer},
+                        delta=streams.ChunkDelta(content=footer),
                         finish=None,
                     )
                 )
@@ -179,24 +192,23 @@ async def openai_stream(
                     completion_id=completion_id,
                     created=created,
                     model=model,
-                    delta={},
+                    delta=streams.ChunkDelta(),
                     finish=openai_finish(event.finish_reason),
                     usage=openai_usage(event.usage),
-                    citations=sources_json(event.citations),
-                    sources=sources_json(sources),
+                    citations=event.citations,
+                    sources=sources,
                 )
             )
         elif isinstance(event, ErrorEvent):
-            yield data(
-                {
-                    "error": {
-                        "message": event.message,
-                        "type": "dependency_unavailable" if event.dependency else "invalid_request_error",
-                        "code": error_status(event),
-                        "param": event.dependency,
-                    }
-                }
+            failure = streams.CompletionStreamError(
+                error=streams.StreamErrorDetail(
+                    message=event.message,
+                    type="dependency_unavailable" if event.dependency else "invalid_request_error",
+                    code=error_status(event),
+                    param=event.dependency,
+                )
             )
+            yield data(failure.model_dump(mode="json"))
     yield b"data: [DONE]\n\n"
 
 
@@ -234,7 +246,17 @@ def openai_completion(
 # -- routes ------------------------------------------------------------------------------------------
 
 
-@router.post("/chat/completions", responses=LIMITED_RESPONSES, dependencies=[rate_limit("chat")])
+@router.post(
+    "/chat/completions",
+    responses={
+        **event_stream_response(
+            streams.OPENAI_EVENTS,
+            description="with stream: true, `data:` chunks then `data: [DONE]`; else one chat.completion",
+        ),
+        **LIMITED_RESPONSES,
+    },
+    dependencies=[rate_limit("chat")],
+)
 async def chat_completions(body: ChatCompletionRequest, res: ResourcesDep, http_request: Request) -> Response:
     """Answer the last user message with retrieval and citations, in OpenAI's shapes."""
     request = openai_turn(res=res, messages=body.messages, mode=body.mode)

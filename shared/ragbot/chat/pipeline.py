@@ -131,7 +131,11 @@ class ChatPipeline:
                 self._count(request, "error")
                 return
             timings["retrieval_ms"] = _ms(time.perf_counter() - t0)
-            debug["retrieval"] = {"query": query, "debug": response.debug, "timings_ms": response.timings_ms}
+            debug["retrieval"] = {
+                "query": query,
+                "debug": response.debug.model_dump(mode="json"),
+                "timings_ms": response.timings_ms,
+            }
 
         selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
@@ -374,8 +378,9 @@ class ChatPipeline:
         response = await self.retriever.retrieve(
             RetrieveRequest(query=query, retrieval_size=size, paragraphs_per_page=plan)
         )
-        documents = list(response.documents)
-        debug = dict(response.debug)
+        # Plain JSON shapes while pages are merged in; validated back into the typed response at the end.
+        documents = [d.model_dump() for d in response.documents]
+        debug = response.debug.model_dump()
         if request.complete_pages and documents:
             documents = await self._complete_pages(query, documents, debug)
         if request.page_id is not None:
@@ -389,7 +394,9 @@ class ChatPipeline:
                 current = []
             seen = {d.get("_id") for d in documents}
             documents.extend(d for d in current if d.get("_id") not in seen)
-        return RetrieveResponse(documents=documents, debug=debug, timings_ms=response.timings_ms)
+        return RetrieveResponse.model_validate(
+            {"documents": documents, "debug": debug, "timings_ms": response.timings_ms}
+        )
 
     async def _page_documents(self, query: str, page_id: int, debug: dict[str, Any]) -> list[dict[str, Any]]:
         """Every paragraph of one page, in paragraph order (its debug merged for confidences)."""
@@ -404,13 +411,14 @@ class ChatPipeline:
         )
         fused = list(debug.get("fused") or [])
         known = {row.get("_id") for row in fused}
-        fused.extend(row for row in response.debug.get("fused") or [] if row.get("_id") not in known)
+        fused.extend(row.model_dump() for row in response.debug.fused if row.id not in known)
         debug["fused"] = fused
         branches = dict(debug.get("branches") or {})
-        for name, branch in (response.debug.get("branches") or {}).items():
-            branches.setdefault(name, {"kind": branch.get("kind")})
+        for name, branch in response.debug.branches.items():
+            branches.setdefault(name, {"kind": branch.kind})
         debug["branches"] = branches
-        return sorted(response.documents, key=lambda d: int(d.get("paragraph") or 0))
+        documents = [d.model_dump() for d in response.documents]
+        return sorted(documents, key=lambda d: int(d.get("paragraph") or 0))
 
     async def _complete_pages(
         self, query: str, documents: list[dict[str, Any]], debug: dict[str, Any]
@@ -426,7 +434,7 @@ class ChatPipeline:
         if response is None:
             return Selection([], [], [])
         banned = set(request.banned_fields)
-        conf = confidences(response.debug)
+        conf = confidences(response.debug.model_dump())
         threshold = self.settings.relevance_threshold
         # quote mode reads the paragraphs itself, so the LLM's context budget does not bind it
         settings = self.settings
@@ -436,7 +444,7 @@ class ChatPipeline:
         documents: list[PromptDocument] = []
         before: list[dict[str, Any]] = []
         used = 0
-        for doc in response.documents:
+        for doc in (d.model_dump() for d in response.documents):
             doc_id = str(doc.get("_id") or "")
             confidence = conf.get(doc_id)
             source = to_source(doc, index=len(sources) + 1, confidence=confidence)

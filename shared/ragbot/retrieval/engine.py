@@ -78,10 +78,12 @@ class RetrievalEngine:
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
         """Answer ``POST /v1/retrieve``: documents, the debug view of every stage and timings."""
         result = await self.run(request)
-        return RetrieveResponse(
-            documents=[self.document(hit) for hit in result.documents],
-            debug=self.debug(result),
-            timings_ms=result.timings_ms,
+        return RetrieveResponse.model_validate(
+            {
+                "documents": [self.document(hit) for hit in result.documents],
+                "debug": self.debug(result),
+                "timings_ms": result.timings_ms,
+            }
         )
 
     async def run(self, request: RetrieveRequest) -> RetrievalResult:

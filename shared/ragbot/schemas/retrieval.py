@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ragbot.text.clean import strip_unsafe
 
@@ -59,13 +59,125 @@ class RetrieveRequest(BaseModel):
         return v
 
 
-class RetrievedDocument(BaseModel):
-    """A paragraph handed to the LLM: its saved fields (no vectors), id and scores."""
+# Ids travel as ``_id`` (kolzchut-ragbot's and Elasticsearch's name); Python code may say ``id``.
+_BY_ALIAS = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
-    model_config = {"extra": "allow"}
+
+class RetrievedDocument(BaseModel):
+    """A paragraph handed to the LLM: its saved fields (no vectors), id and final score.
+
+    The fields every definition has are typed; the definition's other saved fields (``summary``,
+    ``categories``...) come along as extra keys with the types the store holds.
+    """
+
+    model_config = ConfigDict(extra="allow", **_BY_ALIAS)
+    id: str = Field(alias="_id", description="<page_id>-<revision_id>-<paragraph>")
+    page_id: int
+    score: float = Field(default=0.0, description="final score: fused, or reranked; 0 when read by page")
+    title: str | None = None
+    url: str | None = None
+    content: str | None = Field(default=None, description="the definition's text field, when it is content")
+    paragraph: int | None = Field(default=None, description="its number within the page")
+    revision_id: int | None = None
+
+
+class Candidate(BaseModel):
+    """One paragraph a search branch found, with the branch's raw score."""
+
+    model_config = _BY_ALIAS
+    id: str = Field(alias="_id")
+    score: float = Field(description="dense: cosine + 1 (0..2); bm25: the BM25 score")
+    title: str | None = None
+    page_id: int
+    paragraph: int | None = None
+
+
+class BranchDebug(BaseModel):
+    """One ranked list fused: a dense (model, field) search or BM25."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["dense", "bm25"] | None = None
+    model: str | None = None
+    field: str | None = None
+    weight: float | None = None
+    languages: list[str] = Field(default_factory=list, description="languages its model serves; * any")
+    dropped_by_threshold: int = Field(default=0, description="dense hits under paragraph_relevance_threshold")
+    candidates: list[Candidate] = Field(default_factory=list)
+
+
+class FusedRow(BaseModel):
+    """A paragraph after fusion: its fused score, and its rank and raw score in each branch."""
+
+    model_config = _BY_ALIAS
     id: str = Field(alias="_id")
     page_id: int
-    score: float = 0.0
+    score: float
+    ranks: dict[str, int] = Field(default_factory=dict)
+    raw_scores: dict[str, float] = Field(default_factory=dict)
+
+
+class RerankScore(BaseModel):
+    """The reranker's score of one fused paragraph."""
+
+    model_config = _BY_ALIAS
+    id: str = Field(alias="_id")
+    page_id: int
+    score: float
+
+
+class RerankDebug(BaseModel):
+    """What the reranker scored and how many paragraphs it kept."""
+
+    scores: list[RerankScore]
+    kept: int | None = None
+    no_relevant_paragraphs: bool = False
+
+
+class DetectedLanguage(BaseModel):
+    """The question's script and the languages it may be in (language routing)."""
+
+    script: str
+    languages: list[str]
+    share: float
+    letters: int
+
+
+class BranchRoute(BaseModel):
+    """Language routing's decision for one branch: whether it ran and why."""
+
+    kind: str
+    languages: list[str]
+    ran: bool
+    reason: str
+
+
+class RoutingDebug(BaseModel):
+    """Language routing: the detected language, the branches run and skipped, and why."""
+
+    model_config = ConfigDict(extra="allow")
+    enabled: bool
+    detected: DetectedLanguage | None = None
+    fallback: bool = False
+    ran: list[str] = Field(default_factory=list)
+    skipped: dict[str, str] = Field(default_factory=dict, description="branch -> why it did not run")
+    branches: dict[str, BranchRoute] = Field(default_factory=dict)
+
+
+class RetrievalDebug(BaseModel):
+    """Every stage of one retrieval: the knobs used, each branch's candidates, the fused list, rerank.
+
+    Extra keys are allowed: the chat service notes there what it added (``current_page_error``).
+    """
+
+    model_config = ConfigDict(extra="allow")
+    mode: SearchMode | None = None
+    fusion: FusionMethod | None = None
+    rrf_k: float | None = None
+    branches: dict[str, BranchDebug] = Field(default_factory=dict, description="by branch name")
+    routing: RoutingDebug | None = Field(default=None, description="None in lexical mode")
+    fused: list[FusedRow] = Field(default_factory=list)
+    pages: list[int] = Field(default_factory=list, description="page ids in the order of the documents")
+    rerank: RerankDebug | None = None
 
 
 class PageDocuments(BaseModel):
@@ -78,6 +190,6 @@ class PageDocuments(BaseModel):
 class RetrieveResponse(BaseModel):
     """Documents, the debug view of every stage, and per-stage timings."""
 
-    documents: list[dict[str, Any]]
-    debug: dict[str, Any]
-    timings_ms: dict[str, float]
+    documents: list[RetrievedDocument]
+    debug: RetrievalDebug
+    timings_ms: dict[str, float] = Field(description="per stage: embed, dense, bm25, fusion, rerank, total")

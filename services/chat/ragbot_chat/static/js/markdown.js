@@ -1,148 +1,108 @@
-// A small, safe Markdown renderer for LLM answers: HTML is escaped FIRST, then a known subset of
-// Markdown becomes markup (paragraphs, headings, lists, quotes, fenced and inline code, bold, italics,
-// http(s)/mailto links) and citation markers [n] become links to their sources. An unfinished
-// answer (still streaming) renders too: an open code fence runs to the end.
+// LLM answers as GitHub-flavoured Markdown (tables, strikethrough, autolinks, lists, code) with the
+// vendored marked, sanitised with the vendored DOMPurify; then citation markers [n] become links to
+// their sources. Raw HTML in an answer is shown as text, never run; only http(s)/mailto links stay
+// links; no images load. An unfinished answer (still streaming) renders too: an open code fence or a
+// table with its last row half-written runs to the end.
+
+import { Marked } from "./vendor/marked.esm.js";
+import DOMPurify from "./vendor/purify.es.js";
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const SAFE_URL = /^(https?:\/\/|mailto:)/i;
+const CITATION = /\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]/g;
 
 /** Escape text for HTML content and attribute values. */
 export function escapeHtml(text) {
   return String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
 }
 
-const SAFE_URL = /^(https?:\/\/|mailto:)/i;
+const markdown = new Marked({ gfm: true, breaks: true });
+markdown.use({
+  renderer: {
+    html({ text }) {
+      return escapeHtml(text); // an answer (or a paragraph it quotes) cannot inject markup
+    },
+    heading({ tokens, depth }) {
+      const level = Math.min(6, depth + 2); // answers' headings stay small
+      return `<h${level}>${this.parser.parseInline(tokens)}</h${level}>\n`;
+    },
+    image({ text }) {
+      return escapeHtml(text || ""); // no request leaves the page for an answer's picture
+    },
+    link({ href, title, tokens }) {
+      const label = this.parser.parseInline(tokens);
+      if (!SAFE_URL.test(href || "")) return label;
+      const titled = title ? ` title="${escapeHtml(title)}"` : "";
+      return `<a href="${escapeHtml(href)}"${titled} target="_blank" rel="noopener noreferrer">${label}</a>`;
+    },
+  },
+});
 
-function inline(escaped, options) {
-  // Code spans first, kept out of every other rule by placeholders.
-  const codes = [];
-  let text = escaped.replace(/`([^`\n]+)`/g, (_, code) => {
-    codes.push(`<code>${code}</code>`);
-    return `\u0000${codes.length - 1}\u0000`;
-  });
-  const links = [];
-  const keep = (html) => {
-    links.push(html);
-    return `\u0001${links.length - 1}\u0001`;
-  };
-  // [text](url): the url was escaped with the rest, so it cannot close the attribute.
-  text = text.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, (whole, label, url) => {
-    const raw = url.replace(/&amp;/g, "&");
-    if (!SAFE_URL.test(raw)) return whole;
-    return keep(`<a href="${url}" target="_blank" rel="noopener noreferrer">${label}</a>`);
-  });
-  // Citation markers: [1], [2, 3] or [1][2].
-  if (options.cite) {
-    text = text.replace(/\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]/g, (whole, list) => {
-      const parts = list.split(",").map((n) => Number(n.trim()));
-      const rendered = parts.map((n) => {
-        const source = options.cite(n);
-        if (!source) return `[${n}]`;
-        const title = escapeHtml(source.title || "");
-        if (source.url && SAFE_URL.test(source.url)) {
-          return `<a class="cite" href="${escapeHtml(source.url)}" target="_blank" rel="noopener noreferrer" title="${title}">[${n}]</a>`;
-        }
-        return `<span class="cite" title="${title}">[${n}]</span>`;
-      });
-      return keep(rendered.join(""));
-    });
+const purifier = DOMPurify(window);
+purifier.addHook("afterSanitizeAttributes", (node) => {
+  if (node.tagName === "A") {
+    if (!SAFE_URL.test(node.getAttribute("href") || "")) node.removeAttribute("href");
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
   }
-  text = text
-    .replace(/\*\*([^*\n]+)\*\*/g, "<strong>$1</strong>")
-    .replace(/__([^_\n]+)__/g, "<strong>$1</strong>")
-    .replace(/(^|[^*\w])\*([^*\s][^*\n]*?)\*(?!\w)/g, "$1<em>$2</em>")
-    .replace(/(^|[^_\w])_([^_\s][^_\n]*?)_(?!\w)/g, "$1<em>$2</em>");
-  return text
-    .replace(/\u0001(\d+)\u0001/g, (_, i) => links[Number(i)])
-    .replace(/\u0000(\d+)\u0000/g, (_, i) => codes[Number(i)]);
+});
+const PURIFY = {
+  FORBID_TAGS: ["img", "style", "form", "input", "button", "textarea", "select", "iframe", "svg", "math"],
+  ADD_ATTR: ["target"],
+};
+
+function citationNode(n, cite) {
+  const source = cite(n);
+  if (!source) return document.createTextNode(`[${n}]`);
+  const safe = source.url && SAFE_URL.test(source.url);
+  const node = document.createElement(safe ? "a" : "span");
+  node.className = "cite";
+  node.title = source.title || "";
+  node.textContent = `[${n}]`;
+  if (safe) {
+    node.href = source.url;
+    node.target = "_blank";
+    node.rel = "noopener noreferrer";
+  }
+  return node;
+}
+
+// Citation markers in text (not in code or an existing link) become links to their sources.
+function linkCitations(root, cite) {
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const texts = [];
+  while (walker.nextNode()) texts.push(walker.currentNode);
+  for (const node of texts) {
+    const text = node.nodeValue;
+    if (!text.includes("[") || node.parentElement?.closest("code, pre, a")) continue;
+    const parts = document.createDocumentFragment();
+    let last = 0;
+    for (const match of text.matchAll(CITATION)) {
+      parts.append(text.slice(last, match.index));
+      for (const n of match[1].split(",")) parts.append(citationNode(Number(n.trim()), cite));
+      last = match.index + match[0].length;
+    }
+    if (last === 0) continue;
+    parts.append(text.slice(last));
+    node.replaceWith(parts);
+  }
 }
 
 /**
  * Render Markdown to HTML. `options.cite(n)` returns `{title, url}` for source n, or null.
- * Everything the text contains is escaped; only the markup below is produced.
+ * The HTML is sanitised; only the markup Markdown produces survives.
  */
-export function renderMarkdown(markdown, options = {}) {
-  const lines = escapeHtml(markdown.replace(/\r\n?/g, "\n")).split("\n");
-  const out = [];
-  let paragraph = [];
-  let list = null; // {tag, items}
-  let quote = [];
-
-  const flushParagraph = () => {
-    if (paragraph.length) out.push(`<p>${paragraph.map((l) => inline(l, options)).join("<br>")}</p>`);
-    paragraph = [];
-  };
-  const flushList = () => {
-    if (list) out.push(`<${list.tag}>${list.items.map((i) => `<li>${inline(i, options)}</li>`).join("")}</${list.tag}>`);
-    list = null;
-  };
-  const flushQuote = () => {
-    if (quote.length) out.push(`<blockquote>${quote.map((l) => inline(l, options)).join("<br>")}</blockquote>`);
-    quote = [];
-  };
-  const flushAll = () => {
-    flushParagraph();
-    flushList();
-    flushQuote();
-  };
-
-  for (let i = 0; i < lines.length; i += 1) {
-    const line = lines[i];
-    const fence = line.match(/^\s*```/);
-    if (fence) {
-      flushAll();
-      const code = [];
-      i += 1;
-      while (i < lines.length && !/^\s*```/.test(lines[i])) {
-        code.push(lines[i]);
-        i += 1;
-      }
-      out.push(`<pre><code>${code.join("\n")}</code></pre>`);
-      continue;
-    }
-    if (!line.trim()) {
-      flushAll();
-      continue;
-    }
-    const heading = line.match(/^\s*(#{1,6})\s+(.*)$/);
-    if (heading) {
-      flushAll();
-      const level = Math.min(6, heading[1].length + 2); // answers' headings stay small
-      out.push(`<h${level}>${inline(heading[2], options)}</h${level}>`);
-      continue;
-    }
-    if (/^\s*([-*_])(\s*\1){2,}\s*$/.test(line)) {
-      flushAll();
-      out.push("<hr>");
-      continue;
-    }
-    const bullet = line.match(/^\s*[-*+]\s+(.*)$/);
-    const numbered = line.match(/^\s*\d{1,3}[.)]\s+(.*)$/);
-    if (bullet || numbered) {
-      flushParagraph();
-      flushQuote();
-      const tag = bullet ? "ul" : "ol";
-      if (!list || list.tag !== tag) {
-        flushList();
-        list = { tag, items: [] };
-      }
-      list.items.push((bullet || numbered)[1]);
-      continue;
-    }
-    const quoted = line.match(/^\s*&gt;\s?(.*)$/);
-    if (quoted) {
-      flushParagraph();
-      flushList();
-      quote.push(quoted[1]);
-      continue;
-    }
-    if (list && /^\s{2,}\S/.test(line)) {
-      list.items[list.items.length - 1] += ` ${line.trim()}`;
-      continue;
-    }
-    flushList();
-    flushQuote();
-    paragraph.push(line);
+export function renderMarkdown(text, options = {}) {
+  const html = markdown.parse(String(text ?? "").replace(/\r\n?/g, "\n"), { async: false });
+  const fragment = purifier.sanitize(html, { ...PURIFY, RETURN_DOM_FRAGMENT: true });
+  if (options.cite) linkCitations(fragment, options.cite);
+  for (const table of fragment.querySelectorAll("table")) {
+    const scroller = document.createElement("div"); // a wide table scrolls, the page does not
+    scroller.className = "table-scroll";
+    table.replaceWith(scroller);
+    scroller.append(table);
   }
-  flushAll();
-  return out.join("\n");
+  const holder = document.createElement("div");
+  holder.append(fragment);
+  return holder.innerHTML;
 }
