@@ -451,6 +451,8 @@ class ObservabilitySettings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
     prometheus_multiproc_dir: Path | None = None
+    # The git sha ``ragbot_build_info`` reports (set at image build; empty: asked from the checkout).
+    git_sha: str = ""
 
 
 class TracingSettings(BaseSettings):

@@ -276,6 +276,7 @@ def test_one_question_is_one_trace_from_chat_through_the_retriever_to_the_store_
     store_spans = [s for s in trace if s.attributes.get("db.system.name") == "sqlite"]
     assert {s.attributes["db.operation.name"] for s in store_spans} >= {"knn", "bm25"}, describe(trace)
     assert all(s.service == "ragbot-retriever" for s in store_spans)
+    assert any(s.name == "retrieval embed" and s.service == "ragbot-retriever" for s in trace)
     assert any(s.service == "ragbot-chat" and s.attributes.get("db.system") == "redis" for s in trace)
 
     [llm] = [s for s in trace if s.name.startswith("chat ")]

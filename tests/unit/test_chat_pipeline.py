@@ -502,3 +502,16 @@ async def test_an_answer_cut_by_the_token_cap_says_so() -> None:
     assert done.answer == "Benefits are paid monthly [1]. Claims are filed …"
     tokens = "".join(e.text for e in events if isinstance(e, TokenEvent))
     assert tokens == done.answer  # the mark is streamed too: what was shown is what is stored
+
+
+async def test_llm_tokens_are_counted_by_direction_and_stage() -> None:
+    pipeline, _, _, registry = make(DOCS)
+    done = done_of(await run(pipeline, mode="grounded"))
+    output = metric(registry, "ragbot_llm_tokens_total", backend="fake", direction="output", stage="answer")
+    completion = done.usage["completion_tokens"]
+    assert completion and output == completion
+    prompt = done.usage["prompt_tokens"]
+    input_tokens = metric(
+        registry, "ragbot_llm_tokens_total", backend="fake", direction="input", stage="answer"
+    )
+    assert input_tokens == (prompt or 0)

@@ -1,4 +1,5 @@
-"""The monitoring config is valid (promtool), scrapes every service, and charts metrics that exist."""
+"""The monitoring config is valid (promtool), scrapes every service, charts metrics that exist, and every
+alert passes its ``promtool test rules`` cases and has a runbook."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_YML = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES_YML = ROOT / "deploy" / "prometheus" / "rules.yml"
+RULES_TEST_YML = ROOT / "deploy" / "prometheus" / "rules_test.yml"
+OPERATIONS_MD = ROOT / "docs" / "operations.md"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "ragbot.json"
 DATASOURCES = ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 PROVIDERS = ROOT / "deploy" / "grafana" / "provisioning" / "dashboards" / "ragbot.yml"
-METRICS_SOURCE = ROOT / "shared" / "ragbot" / "observability" / "metrics.py"
+METRICS_SOURCES = (
+    ROOT / "shared" / "ragbot" / "observability" / "metrics.py",
+    ROOT / "shared" / "ragbot" / "chat" / "metrics.py",
+)
 COMPOSE = ROOT / "compose.yaml"
 _METRIC = re.compile(r"\bragbot_[a-z0-9_]+")
 _HEALTH_PORT = re.compile(r"127\.0\.0\.1:(\d+)/healthz")
@@ -99,14 +105,14 @@ def test_every_service_and_the_worker_are_scraped_on_their_port() -> None:
 
 
 def test_dashboard_and_alerts_only_use_metrics_ragbot_exports() -> None:
-    source = METRICS_SOURCE.read_text(encoding="utf-8")
+    source = "".join(path.read_text(encoding="utf-8") for path in METRICS_SOURCES)
     used = {
         re.sub(r"_(bucket|count|sum)$", "", name)
         for expr in _dashboard_exprs() + _rule_exprs()
         for name in _METRIC.findall(expr)
     }
     unknown = {name for name in used if f'"{name}"' not in source}
-    assert not unknown, f"charted or alerted but not exported by ragbot.observability.metrics: {unknown}"
+    assert not unknown, f"charted or alerted but not exported by ragbot (observability, chat): {unknown}"
 
 
 def test_dashboard_charts_rate_errors_latency_queue_depth_and_indexing_lag() -> None:
@@ -130,3 +136,66 @@ def test_dashboard_uses_the_provisioned_datasource_and_mount_path() -> None:
     path = _yaml(PROVIDERS)["providers"][0]["options"]["path"]
     grafana_volumes = _yaml(COMPOSE)["services"]["grafana"]["volumes"]
     assert f"./deploy/grafana/dashboards:{path}:ro" in grafana_volumes
+
+
+def _alert_names() -> list[str]:
+    return [
+        rule["alert"] for group in _yaml(RULES_YML)["groups"] for rule in group["rules"] if "alert" in rule
+    ]
+
+
+def test_promtool_passes_the_alert_cases_and_every_alert_has_one_that_fires() -> None:
+    result = subprocess.run(
+        [_promtool(), "test", "rules", RULES_TEST_YML.name],
+        cwd=RULES_TEST_YML.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
+    firing = {
+        case["alertname"]
+        for test in _yaml(RULES_TEST_YML)["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    alerts = _alert_names()
+    assert len(alerts) == len(set(alerts))
+    assert set(alerts) - firing == set(), "alerts without a case that fires in rules_test.yml"
+    assert set(alerts) >= {
+        "RagbotLLMErrors",
+        "RagbotSlowFirstToken",
+        "RagbotRedisDown",
+        "RagbotStoreDown",
+        "RagbotQueueGrowing",
+    }
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    headings = set(re.findall(r"^#{3,4} (Ragbot[A-Za-z]+)", OPERATIONS_MD.read_text(encoding="utf-8"), re.M))
+    assert set(_alert_names()) - headings == set(), "alerts without a '### <AlertName>' runbook in docs"
+
+
+def test_dashboard_has_the_chat_llm_row_and_retrieval_histograms() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    assert "Chat and LLM" in rows
+    exprs = "\n".join(_dashboard_exprs())
+    for metric in (
+        "ragbot_chat_time_to_first_token_seconds_bucket",
+        "ragbot_llm_time_to_first_token_seconds_bucket",
+        "ragbot_chat_answers_total",
+        "ragbot_chat_abstentions_total",
+        "ragbot_chat_feedback_total",
+        "ragbot_llm_errors_total",
+        "ragbot_llm_tokens_total",
+        "ragbot_retrieval_stage_seconds_bucket",
+        "ragbot_build_info",
+        "ragbot_dependency_up",
+        "ragbot_dead_letter_jobs",
+    ):
+        assert metric in exprs, metric
+    # The gauge no longer shares the counter's family name (ragbot_dead_letters_total).
+    assert not re.search(r"ragbot_dead_letters(?!_total)", exprs + "\n".join(_rule_exprs()))

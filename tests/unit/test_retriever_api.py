@@ -206,3 +206,34 @@ def test_health_ready_and_metrics(client: TestClient) -> None:
     client.post("/v1/retrieve", json={"query": "text"})
     metrics = client.get("/metrics").text
     assert "/v1/retrieve" in metrics
+
+
+def _sample(text: str, prefix: str) -> float:
+    """The value of the exposition line that starts with ``prefix`` (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_carry_stage_timings_dependency_health_and_the_build(client: TestClient) -> None:
+    total = 'ragbot_retrieval_stage_seconds_count{stage="total"}'
+    before = _sample(client.get("/metrics").text, total)
+    assert client.post("/v1/retrieve", json={"query": "text"}).status_code == 200
+    text = client.get("/metrics").text
+    assert _sample(text, total) == before + 1
+    assert _sample(text, 'ragbot_retrieval_stage_seconds_count{stage="bm25"}') >= 1
+    assert _sample(text, 'ragbot_dependency_up{dependency="store",service="retriever"}') == 1.0
+    [info] = [line for line in text.splitlines() if line.startswith("ragbot_build_info{")]
+    assert 'version="0.1.0"' in info and 'python="3.' in info and "git_sha=" in info
+    # The dead-letter gauge's old name is gone from every scrape (it clashed with the counter's family).
+    assert "ragbot_dead_letters " not in text
+
+
+def test_a_store_that_stops_answering_shows_in_the_next_scrape(
+    client: TestClient, fakes: tuple[MemoryStore, HashEmbedder]
+) -> None:
+    store, _ = fakes
+    store.down = True
+    text = client.get("/metrics").text
+    assert _sample(text, 'ragbot_dependency_up{dependency="store",service="retriever"}') == 0.0

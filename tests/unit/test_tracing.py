@@ -1,5 +1,5 @@
 """Tracing's switch (the standard OTEL_* variables), its absence without the extra, trace ids in logs,
-and the request id the chat service forwards to the retriever."""
+the request id the chat service forwards to the retriever, and the LLM's GenAI span (SDK in memory)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ import json
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.chat_fakes import ScriptedLLM
 
 from ragbot.chat.retriever import HttpRetriever
+from ragbot.errors import LLMError
 from ragbot.observability.logging import JsonFormatter, RequestIdFilter, request_id_scope
-from ragbot.observability.tracing import configure_tracing, tracing_enabled
+from ragbot.observability.tracing import TracedChatModel, configure_tracing, tracing_enabled
+from ragbot.ports import ChatMessage
 from ragbot.settings import TracingSettings, clear_settings_caches, get_tracing_settings
 
 OTEL_VARIABLES = (
@@ -161,3 +167,56 @@ def test_the_chat_service_forwards_its_request_id_to_the_retriever() -> None:
 
     asyncio.run(run())
     assert seen == ["question-42", None]
+
+
+def _traced(llm: ScriptedLLM) -> tuple[TracedChatModel, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return TracedChatModel(llm, provider=provider), exporter
+
+
+async def _answer(model: TracedChatModel, **kwargs: Any) -> str:
+    stream = model.stream(messages=[ChatMessage("user", "hello there")], **kwargs)
+    return "".join([piece async for piece in stream])
+
+
+def test_an_llm_stream_is_one_genai_span_with_usage_and_time_to_first_token() -> None:
+    model, exporter = _traced(ScriptedLLM(lambda _: "one two three", first_delay_s=0.02))
+    answer = asyncio.run(_answer(model, max_tokens=64, temperature=0.2))
+    [span] = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert span.name == "chat fake-model" and span.kind.name == "CLIENT"
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.request.model"] == "fake-model"
+    assert attributes["gen_ai.request.max_tokens"] == 64
+    assert attributes["gen_ai.request.temperature"] == 0.2
+    assert attributes["gen_ai.usage.output_tokens"] == len(answer.split()) == 3
+    ttft = attributes["gen_ai.response.time_to_first_token"]
+    assert isinstance(ttft, float) and ttft >= 0.02
+    assert [e.name for e in span.events] == ["gen_ai.first_token"]
+    assert span.status.status_code.name == "UNSET"
+
+
+def test_a_failing_llm_ends_its_span_as_an_error_and_an_early_close_is_not_one() -> None:
+    llm = ScriptedLLM()
+    llm.state = "down"
+    model, exporter = _traced(llm)
+    with pytest.raises(LLMError):
+        asyncio.run(_answer(model))
+    [failed] = exporter.get_finished_spans()
+    assert failed.status.status_code.name == "ERROR"
+    assert dict(failed.attributes or {})["error.type"] == "LLMError"
+
+    exporter.clear()
+    llm.state = "up"
+
+    async def first_piece_only() -> None:
+        stream = model.stream(messages=[ChatMessage("user", "hello there")])
+        await stream.__anext__()
+        await stream.aclose()
+
+    asyncio.run(first_piece_only())
+    [closed] = exporter.get_finished_spans()
+    assert closed.status.status_code.name == "UNSET"
+    assert dict(closed.attributes or {})["ragbot.llm.cancelled"] is True

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from ragbot.errors import NotFound
 from ragbot.http.limits import RATE_LIMITED, rate_limit
+from ragbot.observability.metrics import retrieval_metrics
 from ragbot.retrieval.similarity import similarity
 from ragbot.schemas.retrieval import PageDocuments, RetrievedDocument, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
@@ -37,8 +38,11 @@ class ModelsResponse(BaseModel):
     dependencies=[rate_limit("retrieve")],
 )
 async def retrieve(body: RetrieveRequest, engine: EngineDep) -> RetrieveResponse:
-    """Dense + BM25 retrieval, fused and grouped by page, with debug and timings."""
-    return await engine.retrieve(body)
+    """Dense + BM25 retrieval, fused and grouped by page, with debug and timings (also recorded in
+    ``ragbot_retrieval_stage_seconds``)."""
+    response = await engine.retrieve(body)
+    retrieval_metrics().observe(response.timings_ms)
+    return response
 
 
 @router.post(

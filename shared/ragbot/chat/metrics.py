@@ -23,6 +23,7 @@ class ChatMetrics:
     abstentions: Counter
     feedback: Counter
     llm_errors: Counter
+    llm_tokens: Counter
 
 
 def _new(registry: CollectorRegistry) -> ChatMetrics:
@@ -70,6 +71,12 @@ def _new(registry: CollectorRegistry) -> ChatMetrics:
             "ragbot_llm_errors_total",
             "LLM calls that failed or timed out, by backend and stage (answer, rewrite).",
             ["backend", "stage"],
+            registry=registry,
+        ),
+        llm_tokens=Counter(
+            "ragbot_llm_tokens_total",
+            "LLM tokens by backend, direction (input: the prompt, output: the completion) and stage.",
+            ["backend", "direction", "stage"],
             registry=registry,
         ),
     )

@@ -40,7 +40,7 @@ from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
 from ragbot.llms.base import complete, with_timeouts
-from ragbot.ports import ChatMessage, ChatModel
+from ragbot.ports import ChatMessage, ChatModel, Usage
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
@@ -215,6 +215,7 @@ class ChatPipeline:
         timings["llm_ms"] = _ms(ended - llm_started)
         timings["total_ms"] = _ms(ended - started)
         usage = stream.usage
+        self._count_tokens(usage, "answer")
         if first_at is not None and usage.completion_tokens > 1 and ended > first_at:
             self.metrics.tokens_per_second.labels(self.llm.backend).observe(
                 (usage.completion_tokens - 1) / (ended - first_at)
@@ -228,6 +229,14 @@ class ChatPipeline:
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
+
+    def _count_tokens(self, usage: Usage, stage: str) -> None:
+        """Add a generation's tokens to ``ragbot_llm_tokens_total`` (input only when the server said)."""
+        tokens = self.metrics.llm_tokens
+        if usage.prompt_tokens:
+            tokens.labels(self.llm.backend, "input", stage).inc(usage.prompt_tokens)
+        if usage.completion_tokens:
+            tokens.labels(self.llm.backend, "output", stage).inc(usage.completion_tokens)
 
     async def _quote_choose(
         self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
@@ -358,6 +367,7 @@ class ChatPipeline:
             self.metrics.llm_errors.labels(self.llm.backend, "rewrite").inc()
             logger.warning("follow-up rewrite failed; using the question as asked", extra={"error": str(exc)})
             return None, str(exc)
+        self._count_tokens(stream.usage, "rewrite")
         return clean_rewrite(text, limit=self.settings.max_question_chars), None
 
     # -- retrieval and source selection -----------------------------------------------------------

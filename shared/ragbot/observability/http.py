@@ -117,7 +117,8 @@ def add_health_routes(
     metrics_dependencies: Sequence[params.Depends] = (),
 ) -> None:
     """Add ``/healthz`` (alive), ``/readyz`` (every dependency answers) and ``/metrics`` (guarded by
-    ``metrics_dependencies``: the services pass the ``metrics`` scope)."""
+    ``metrics_dependencies``: the services pass the ``metrics`` scope; each scrape also sets
+    ``ragbot_dependency_up`` from the same checks)."""
     named_checks = dict(checks or {})
 
     async def healthz() -> dict[str, str]:
@@ -129,6 +130,10 @@ def add_health_routes(
         return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
 
     async def metrics() -> Response:
+        # Each scrape runs the readiness checks, so an alert sees a store or Redis that stopped answering.
+        up = http_metrics().dependency_up
+        for name, ok in (await run_checks(named_checks, timeout_s=timeout_s)).items():
+            up.labels(service, name).set(1.0 if ok else 0.0)
         body, content_type = render(scrape_registry())
         return Response(body, media_type=content_type)
 

@@ -3,14 +3,17 @@
 HTTP services expose the default registry on ``/metrics``. The embedder worker runs in multiprocess
 mode: ``enable_multiprocess`` wipes ``PROMETHEUS_MULTIPROC_DIR`` and must run before any metric is
 created; the worker's metrics server then aggregates every process's files and samples the queue
-depth and the dead-letter count from Redis at scrape time.
+depth and the dead-letter count from Redis at scrape time. Every scrape also carries
+``ragbot_build_info`` (version, Python, git sha when known).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import platform
 import shutil
+import subprocess
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +28,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -33,22 +37,27 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ragbot import __version__
 from ragbot.messaging.redis import REDIS_ERRORS, build_sync_redis
+from ragbot.settings import get_observability_settings
 
 logger = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TASK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
+STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LAG_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0, 604800.0)
 
 
 @dataclass(frozen=True, slots=True)
 class HttpMetrics:
-    """Request count and latency of an HTTP service, labelled by route template (not raw path)."""
+    """Request count and latency of an HTTP service, labelled by route template (not raw path), and
+    whether each dependency answered the readiness check of the last scrape."""
 
     requests: Counter
     duration: Histogram
+    dependency_up: Gauge
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,18 @@ class WorkerMetrics:
     retries: Counter
     freshness_lag: Histogram
     dead_letters: Counter
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalMetrics:
+    """How long each retrieval stage took (embed, dense, bm25, fusion, rerank, total)."""
+
+    stage_seconds: Histogram
+
+    def observe(self, timings_ms: dict[str, float]) -> None:
+        """Record one retrieval's stage timings (the response's ``timings_ms``)."""
+        for stage, ms in timings_ms.items():
+            self.stage_seconds.labels(stage).observe(ms / 1000)
 
 
 M = TypeVar("M")
@@ -102,6 +123,13 @@ def _new_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
             "HTTP request latency by service and route template.",
             ["service", "route"],
             buckets=HTTP_BUCKETS,
+            registry=registry,
+        ),
+        dependency_up=Gauge(
+            "ragbot_dependency_up",
+            "1 when the dependency (store, redis, llm, retriever) answered the service's readiness check"
+            " at the last scrape.",
+            ["service", "dependency"],
             registry=registry,
         ),
     )
@@ -155,6 +183,20 @@ def _new_worker_metrics(registry: CollectorRegistry) -> WorkerMetrics:
     )
 
 
+def _new_retrieval_metrics(registry: CollectorRegistry) -> RetrievalMetrics:
+    return RetrievalMetrics(
+        stage_seconds=Histogram(
+            "ragbot_retrieval_stage_seconds",
+            "Time spent in each retrieval stage (embed, dense, bm25, fusion, rerank, total).",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=registry,
+        )
+    )
+
+
+# The retriever's stage timings, once per registry (the default one unless given).
+retrieval_metrics = PerRegistry(_new_retrieval_metrics)
 # The HTTP metrics (request count and latency), once per registry (the default one unless given).
 http_metrics = PerRegistry(_new_http_metrics)
 # The worker's metrics, once per registry (create after ``enable_multiprocess``).
@@ -186,8 +228,52 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
+def git_sha() -> str:
+    """The build's git sha: ``RAGBOT_GIT_SHA`` (images set it at build), else the checkout's, else ""."""
+    configured = get_observability_settings().git_sha
+    if configured:
+        return configured
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=2,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+class BuildInfoCollector(Collector):
+    """``ragbot_build_info{version, python, git_sha} 1``, the labels read once, at the first scrape."""
+
+    def __init__(self) -> None:
+        self._labels: tuple[str, str, str] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        """One gauge sample whose labels say what is running."""
+        if self._labels is None:
+            self._labels = (__version__, platform.python_version(), git_sha())
+        info = GaugeMetricFamily(
+            "ragbot_build_info",
+            "The running build: ragbot version, Python version, git sha.",
+            labels=BUILD_INFO_LABELS,
+        )
+        info.add_metric(list(self._labels), 1.0)
+        yield info
+
+
+BUILD_INFO_LABELS = ["version", "python", "git_sha"]
+_build_info = BuildInfoCollector()
+
+
 def scrape_registry(*extra: Collector) -> CollectorRegistry:
-    """The registry to expose: every process's files in multiprocess mode, else the default one."""
+    """The registry to expose: every process's files in multiprocess mode, else the default one; both
+    with ``ragbot_build_info`` and the ``extra`` collectors."""
+    extra = (_build_info, *extra)
     if not multiprocess_enabled():
         for collector in extra:
             _register_once(REGISTRY, collector)
@@ -257,7 +343,8 @@ class RedisDepthCollector(Collector):
         depth = GaugeMetricFamily("ragbot_queue_depth", "Messages waiting in the queue.", labels=["queue"])
         depth.add_metric([self.queue], float(sum(counts[:-1])))
         yield depth
-        dead = GaugeMetricFamily("ragbot_dead_letters", "Jobs in the dead-letter list now.")
+        # Not ``ragbot_dead_letters``: that name is the ``ragbot_dead_letters_total`` counter's family.
+        dead = GaugeMetricFamily("ragbot_dead_letter_jobs", "Jobs in the dead-letter list now.")
         dead.add_metric([], float(counts[-1]))
         yield dead
 

@@ -121,7 +121,10 @@ def instrument_app(app: FastAPI) -> None:
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls=EXCLUDED_URLS, tracer_provider=_state.provider)
+    # No span per ASGI message: a streamed answer sends one per token, which says nothing and costs.
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls=EXCLUDED_URLS, tracer_provider=_state.provider, exclude_spans=["receive", "send"]
+    )
 
 
 def instrument_redis(client: Any) -> None:
@@ -147,9 +150,10 @@ class TracedChatModel:
     time to the first token (an event and an attribute, seconds).
     """
 
-    def __init__(self, inner: ChatModel) -> None:
+    def __init__(self, inner: ChatModel, *, provider: TracerProvider | None = None) -> None:
         self.inner = inner
         self.backend = inner.backend
+        self._provider = provider  # None: the process's (``configure_tracing``)
 
     @property
     def model(self) -> str:
@@ -193,13 +197,19 @@ class TracedChatModel:
         }
         if temperature is not None:
             attributes["gen_ai.request.temperature"] = temperature
-        tracer = trace.get_tracer(TRACER_NAME, tracer_provider=_state.provider)
+        tracer = trace.get_tracer(TRACER_NAME, tracer_provider=self._provider or _state.provider)
         span = tracer.start_span(f"chat {name}", kind=trace.SpanKind.CLIENT, attributes=attributes)
         started = time.perf_counter()
-        with trace.use_span(span, end_on_exit=False):
-            inner = self.inner.stream(
-                messages=messages, temperature=temperature, max_tokens=max_tokens, model=model
-            )
+        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            try:
+                inner = self.inner.stream(
+                    messages=messages, temperature=temperature, max_tokens=max_tokens, model=model
+                )
+            except BaseException as exc:  # an adapter that refuses at once: the span says so and ends
+                span.record_exception(exc)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)[:200]))
+                span.end()
+                raise
 
         async def pieces() -> AsyncGenerator[str, None]:
             first = True

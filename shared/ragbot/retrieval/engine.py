@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ragbot.definition import DocumentDefinition, VectorField
 from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
+from ragbot.observability.spans import span
 from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
 from ragbot.retrieval.fusion import (
     FusedHit,
@@ -107,9 +108,9 @@ class RetrievalEngine:
             if dense:
                 t0 = time.perf_counter()
                 models = list(dict.fromkeys(b.model for b in dense if b.model is not None))
-                vectors = dict(
-                    zip(models, await asyncio.gather(*(self._embed(m, query) for m in models)), strict=True)
-                )
+                with span("retrieval embed", {"ragbot.models": ",".join(models)}):
+                    embedded = await asyncio.gather(*(self._embed(m, query) for m in models))
+                vectors = dict(zip(models, embedded, strict=True))
                 timings["embed"] = _ms(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 results = await asyncio.gather(
@@ -166,7 +167,8 @@ class RetrievalEngine:
         ranked = fused
         if rerank and fused:
             t0 = time.perf_counter()
-            ranked = await self._rerank(query, fused, result)
+            with span("retrieval rerank", {"ragbot.candidates": len(fused)}):
+                ranked = await self._rerank(query, fused, result)
             timings["rerank"] = _ms(time.perf_counter() - t0)
         result.documents = group_ranked(ranked, request.paragraphs_per_page)
         timings["total"] = _ms(time.perf_counter() - started)
