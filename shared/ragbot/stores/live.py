@@ -83,7 +83,7 @@ class LiveStore:
         """True when the pointer and the live store answer."""
         try:
             return await (await self.current()).ping()
-        except Exception:
+        except RagbotError:  # the pointer cannot be read: not ready
             return False
 
     async def warm_up(self) -> None:
