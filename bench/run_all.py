@@ -36,6 +36,7 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "indexing": [py, "bench/indexing.py"],
         "chat": [py, "bench/chat.py"],
         "security": [py, "bench/security.py"],
+        "operations_reembed": [py, "bench/operations_reembed.py"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"
