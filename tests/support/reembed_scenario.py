@@ -244,9 +244,10 @@ def store_view(stack: Stack) -> Mapping[str, Any]:
                 configured_dimensions={},
             )
             pages = {p.page_id: p.revision_id for p in await all_pages(opened.store)}
-            per_model = {
-                p.page_id: p.paragraphs_per_model for p in await opened.store.list_pages(limit=10_000)
-            }
+            per_model = {}
+            for page_id in pages:
+                state = await opened.store.page_state(page_id=page_id)
+                per_model[page_id] = state.paragraphs_per_model if state else {}
             await opened.store.close()
             legacy = await gens.get(generation_id=LEGACY)
             return {"live": live, "pages": pages, "per_model": per_model, "legacy_left": legacy is not None}
