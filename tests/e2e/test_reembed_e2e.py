@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from support import reembed_scenario
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.mark.parametrize("backend", ["embedded", "elasticsearch"])
@@ -20,7 +20,7 @@ def test_queries_and_pings_throughout_a_reembed(
         es_url=es_url,
         tmp=tmp_path_factory.mktemp(f"reembed-{backend}"),
         pages=10,
-        timeout_s=240.0,
+        timeout_s=900.0,
     )
     report = f"{figures}"
     assert figures.reembed_exit == 0, report
