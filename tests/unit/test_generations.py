@@ -113,3 +113,10 @@ async def test_the_pointer_file_switches_atomically(tmp_path: Path) -> None:
     pointer_file(path).write_text('{"generation": "../../x"}')
     with pytest.raises(ConfigurationError):
         read_pointer(path)
+
+
+def test_reembed_needs_a_callback_url(capsys: pytest.CaptureFixture[str]) -> None:
+    from ragbot.cli.main import main
+
+    assert main(["reembed"]) == 2
+    assert "--callback-url" in capsys.readouterr().err

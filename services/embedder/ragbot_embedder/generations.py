@@ -65,7 +65,10 @@ class WorkerGenerations:
         self.states = states
         self._store_settings = store_settings
         self._embedders_for = embedders_for
-        self._models: dict[str | None, Mapping[str, Embedder]] = {configured.fingerprint: template.embedders}
+        # Models by the names a definition uses: a name resolves to one model, whatever fields it embeds.
+        self._models: dict[tuple[str, ...], Mapping[str, Embedder]] = {
+            tuple(sorted(template.definition.model_names)): template.embedders
+        }
         self._meta: dict[str, Generation] = {}
         self._contexts: dict[str, IndexingContext] = {}
 
@@ -104,7 +107,7 @@ class WorkerGenerations:
             configured=self.template.definition,
             configured_dimensions=self.configured.dimensions,
         )
-        key = generation.fingerprint if generation.definition is not None else self.configured.fingerprint
+        key = tuple(sorted(opened.definition.model_names))
         if key not in self._models:
             logger.info("loading the models of generation %s", generation.generation_id)
             self._models[key] = await asyncio.to_thread(self._load, opened.definition)

@@ -45,12 +45,16 @@ ResourcesFactory = Callable[[], AbstractAsyncContextManager[Resources]]
 
 
 def _open_store(*, store_settings: StoreSettings, model_settings: ModelSettings) -> SearchStore | None:
-    """The store, opened only to read page state: no models, no index creation (the worker owns that)."""
-    from ragbot.stores import build_store
+    """The live index generation's store, opened only to read page state: no models, no index creation
+    (the worker owns that); it follows a re-embed's switch."""
+    from ragbot.stores.generations import build_generations
+    from ragbot.stores.live import LiveStore
 
     try:
         definition = load_definition(model_settings.document_definition)
-        return build_store(settings=store_settings, definition=definition, dimensions={})
+        return LiveStore(
+            settings=store_settings, generations=build_generations(store_settings), configured=definition
+        )
     except RagbotError as exc:
         logger.warning("page state unavailable: could not open the store: %s", exc)
         return None

@@ -67,7 +67,9 @@ async def serve(
 ) -> Serving:
     """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
     definition = definition_for(generation, configured)
-    if reuse is not None and reuse.opened.definition == definition:
+    # Query embedders depend on the model only (a name resolves to one model), not on the fields it
+    # embeds: a re-embed that keeps the models keeps them loaded, and switches without a load.
+    if reuse is not None and set(reuse.embedders) == set(definition.model_names):
         embedders = reuse.embedders
     else:
         embedders = await asyncio.to_thread(_loaded, embedders_for, definition)

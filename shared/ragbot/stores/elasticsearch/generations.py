@@ -10,6 +10,9 @@
   ONE ``_aliases`` request (remove from the old indices, add to the new), which Elasticsearch applies
   atomically: every reader resolves the alias to the old or to the new generation, never to both.
   Each generation gets its bucket-0 index when recorded, so the alias always has an index to name.
+  ragbot's readers search the live generation's pattern ``<prefix>-g<fp8>_*`` (the alias only tells
+  them which one), so a bucket index created after the switch is searched although the alias does
+  not name it; tools outside ragbot that search the alias see the buckets that existed at the switch.
 """
 
 from __future__ import annotations
