@@ -40,7 +40,7 @@ CORE_FIELDS: dict[str, str] = {
     "last_update": "date",
 }
 # The languages of the packaged models when the definition does not say (lower-cased names and the
-# aliases ``ragbot.embedders`` resolves; tests/unit/test_language_routing.py keeps the two in step).
+# aliases ``ragbot.embedders`` resolves; tests/unit/test_language_detection_routing.py keeps the two in step).
 # all-MiniLM-L6-v2 was trained on English only: on HeQ it scores nDCG@10 about 0.10 alone.
 PACKAGED_LANGUAGES: dict[str, tuple[str, ...]] = {
     "all-minilm-l6-v2": ("en",),
