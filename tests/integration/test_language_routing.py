@@ -3,7 +3,8 @@
 A small bilingual wiki (Hebrew and English pages) is embedded by MiniLM (English only, by the
 packaged defaults) and multilingual-e5-small, stored in the embedded store or Elasticsearch, and
 searched through the retrieval engine: a Hebrew question must never reach MiniLM's field, an
-English one must reach every field, and routing off must search every field again.
+English one must reach every field, routing off must search every field again, and languages the
+file states per field must be obeyed.
 """
 
 from __future__ import annotations
@@ -144,13 +145,12 @@ def engine_on(
     )
 
 
-async def test_a_hebrew_question_skips_the_english_model(
+async def test_a_hebrew_question_skips_the_english_model_unless_routing_is_off(
     store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
 ) -> None:
     engine = engine_on(store, definition, embedders, routing=True)
-    response = await engine.retrieve(
-        RetrieveRequest(query="איך מגישים תביעה לדמי אבטלה?", paragraphs_per_page=[2, 1])
-    )
+    question = RetrieveRequest(query="איך מגישים תביעה לדמי אבטלה?", paragraphs_per_page=[2, 1])
+    response = await engine.retrieve(question)
     debug = response.debug.model_dump()
     assert set(debug["branches"]) == E5_FIELDS | {BM25_BRANCH}
     routing = debug["routing"]
@@ -167,15 +167,11 @@ async def test_a_hebrew_question_skips_the_english_model(
     assert english.debug.model_dump()["branches"][MINILM_FIELD]["candidates"]
     assert english.documents[0].page_id == 4
 
-
-async def test_routing_off_fuses_every_field_again(
-    store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
-) -> None:
-    engine = engine_on(store, definition, embedders, routing=False)
-    response = await engine.retrieve(RetrieveRequest(query="איך מגישים תביעה לדמי אבטלה?"))
-    assert set(response.debug.model_dump()["branches"]) == E5_FIELDS | {MINILM_FIELD, BM25_BRANCH}
-    assert response.debug.model_dump()["routing"]["enabled"] is False
-    assert any(MINILM_FIELD in f["ranks"] for f in response.debug.model_dump()["fused"])
+    off = engine_on(store, definition, embedders, routing=False)
+    unrouted = await off.retrieve(question)
+    assert set(unrouted.debug.model_dump()["branches"]) == E5_FIELDS | {MINILM_FIELD, BM25_BRANCH}
+    assert unrouted.debug.model_dump()["routing"]["enabled"] is False
+    assert any(MINILM_FIELD in f["ranks"] for f in unrouted.debug.model_dump()["fused"])
 
 
 async def test_a_definition_that_declares_languages_routes_by_them(
