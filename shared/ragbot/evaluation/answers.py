@@ -128,7 +128,8 @@ class RecordingRetriever:
         """The inner retriever's answer, its paragraph texts kept by document id."""
         response = await self.inner.retrieve(request)
         for doc in response.documents:
-            self.texts[str(doc.get("_id") or "")] = str(doc.get(self.text_field) or "")
+            fields = doc.model_dump(by_alias=True)
+            self.texts[str(fields.get("_id") or "")] = str(fields.get(self.text_field) or "")
         return response
 
     async def similarity(self, request: SimilarityRequest) -> SimilarityResponse:

@@ -113,6 +113,10 @@ class LiveStore:
         """The live generation's pages."""
         return await (await self.current()).list_pages(limit=limit, offset=offset)
 
+    async def page_revisions(self) -> dict[int, int]:
+        """Every page of the live generation with its newest revision (what reconcile compares)."""
+        return await (await self.current()).page_revisions()
+
     async def page_paragraphs(self, *, page_id: int) -> list[SearchHit]:
         """The page's paragraphs in the live generation."""
         return await (await self.current()).page_paragraphs(page_id=page_id)
