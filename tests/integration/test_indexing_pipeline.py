@@ -96,6 +96,10 @@ class World:
     loop: asyncio.AbstractEventLoop
     settings: WorkerSettings
 
+    async def contexts_for(self, command: object) -> list[service.IndexingContext]:
+        """The one context a command runs in (no index generations here), as the worker's ``Runtime``."""
+        return [self.ctx]
+
     def run(self, awaitable: Awaitable[T]) -> T:
         async def wait() -> T:
             return await awaitable

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # no stubs installed
+from jsonschema import Draft202012Validator, ValidationError, validators  # type: ignore[import-untyped]  # no stubs installed
 from support.chat_fakes import ScriptedLLM, SSEEvent, parse_sse
 from support.chat_stack import ChatServer, chat_server
 
@@ -27,11 +27,32 @@ def script(messages: Sequence[ChatMessage]) -> str:
     return "התשובה במקורות [1]."
 
 
+def _json_content(
+    validator: Any, content_schema: Any, instance: Any, schema: dict[str, Any]
+) -> Iterator[Any]:
+    """``contentSchema`` checked, not only noted: JSON text in ``data`` must decode to a valid payload."""
+    if schema.get("contentMediaType") == "application/json" and isinstance(instance, str):
+        try:
+            decoded = json.loads(instance)
+        except ValueError:
+            yield ValidationError(f"data is not JSON: {instance[:40]!r}")
+            return
+        yield from validator.descend(decoded, content_schema)
+
+
+SseValidator = validators.extend(Draft202012Validator, {"contentSchema": _json_content})
+
+
 def stream_validator(path: str) -> Draft202012Validator:
     """The documented ``text/event-stream`` schema of ``POST path``, its components alongside."""
     schema = SPEC["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
     assert len(schema["oneOf"]) >= 3
-    return Draft202012Validator({**schema, "components": SPEC["components"]})
+    return SseValidator({**schema, "components": SPEC["components"]})
+
+
+def wire(data: Any) -> str:
+    """An event's ``data`` as it is sent: JSON text (a plain string such as ``[DONE]`` as it is)."""
+    return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
 
 
 def check(validator: Draft202012Validator, frames: list[dict[str, Any]]) -> None:
@@ -62,9 +83,9 @@ def test_native_events_match_their_documented_schemas(server: ChatServer) -> Non
             events = native(http, debug=debug)
             assert events[0].event == "sources" and events[-1].event == "done"
             assert ("debug" in events[0].data) is debug
-            check(validator, [{"event": e.event, "data": e.data} for e in events])
+            check(validator, [{"event": e.event, "data": wire(e.data)} for e in events])
         # a frame the schema must refuse: proves the check can fail
-        assert list(validator.iter_errors({"event": "done", "data": {"answer": 1}}))
+        assert list(validator.iter_errors({"event": "done", "data": wire({"answer": 1})}))
 
         server.llm.state = "down"  # type: ignore[attr-defined]
         try:
@@ -72,7 +93,7 @@ def test_native_events_match_their_documented_schemas(server: ChatServer) -> Non
         finally:
             server.llm.state = "up"  # type: ignore[attr-defined]
     assert failed[-1].event == "error"
-    check(validator, [{"event": e.event, "data": e.data} for e in failed])
+    check(validator, [{"event": e.event, "data": wire(e.data)} for e in failed])
 
 
 def test_openai_chunks_match_their_documented_schemas(server: ChatServer) -> None:
@@ -83,8 +104,8 @@ def test_openai_chunks_match_their_documented_schemas(server: ChatServer) -> Non
         assert events[-1].data == "[DONE]" and len(events) >= 4
         last_chunk = events[-2].data
         assert last_chunk["choices"][0]["finish_reason"] == "stop" and last_chunk["citations"]
-        check(validator, [{"data": e.data} for e in events])
-        assert list(validator.iter_errors({"data": {"id": "x", "choices": "no"}}))
+        check(validator, [{"data": wire(e.data)} for e in events])
+        assert list(validator.iter_errors({"data": wire({"id": "x", "choices": "no"})}))
 
         server.llm.state = "down"  # type: ignore[attr-defined]
         try:
@@ -92,4 +113,4 @@ def test_openai_chunks_match_their_documented_schemas(server: ChatServer) -> Non
         finally:
             server.llm.state = "up"  # type: ignore[attr-defined]
     assert "error" in failed[-2].data
-    check(validator, [{"data": e.data} for e in failed])
+    check(validator, [{"data": wire(e.data)} for e in failed])

@@ -58,6 +58,7 @@ from ragbot.chat.sessions import new_id
 from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
 from ragbot.http.limits import rate_limit
 from ragbot.http.responses import ErrorBody
+from ragbot.http.streams import sse_frame
 from ragbot.prompts import detect_language
 from ragbot.schemas.limits import MAX_PAGE_ID
 from ragbot_chat.deps import Resources, ResourcesDep
@@ -88,11 +89,12 @@ def inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
 
 
 def stream_event_schemas() -> list[dict[str, Any]]:
-    """The JSON Schema of each ``/search/stream`` event's ``data``, self-contained, for the OpenAPI."""
+    """Each ``/search/stream`` event as sent (its name, its JSON ``data``), self-contained, for OpenAPI."""
     schemas = []
     for model in SEARCH_STREAM_EVENTS:
         raw = model.model_json_schema()
-        schemas.append(inline_refs(raw, raw.get("$defs", {})))
+        data = inline_refs(raw, raw.get("$defs", {}))
+        schemas.append(sse_frame(data, event=str(model.model_fields["event"].default)))
     return schemas
 
 

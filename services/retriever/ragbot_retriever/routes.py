@@ -3,13 +3,16 @@ and ``GET /v1/models``."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Path
 from pydantic import BaseModel
 
 from ragbot.errors import NotFound
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.observability.metrics import retrieval_metrics
 from ragbot.retrieval.similarity import similarity
+from ragbot.schemas.limits import MAX_PAGE_ID
 from ragbot.schemas.retrieval import PageDocuments, RetrievedDocument, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot_retriever.deps import EngineDep
@@ -64,7 +67,9 @@ async def score_texts(body: SimilarityRequest, engine: EngineDep) -> SimilarityR
     responses=RATE_LIMITED,
     dependencies=[rate_limit("retrieve")],
 )
-async def get_page(page_id: int, engine: EngineDep) -> PageDocuments:
+async def get_page(
+    page_id: Annotated[int, Path(ge=1, le=MAX_PAGE_ID, description="MediaWiki page id")], engine: EngineDep
+) -> PageDocuments:
     """Every paragraph of an indexed page in order (404 when the page is not indexed)."""
     documents = await engine.page_documents(page_id)
     if not documents:
