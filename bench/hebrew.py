@@ -12,7 +12,9 @@ union (targets in ``docs/benchmarks.md``, section "Hebrew"):
   engine too) and ``kolzchut_corpus_minutes``;
 - ``settle`` (``bench/hebrew_indexing.py``): ``sample_wiki_settle_s``;
 - ``answers`` (``bench/hebrew_answers.py``): ``answers_*`` for the mode ``make run`` uses, with
-  ``quote_answers_*`` and ``grounded_answers_*`` side by side.
+  ``quote_answers_*`` and ``grounded_answers_*`` side by side;
+- ``footprint`` (``bench/hebrew_footprint.py``): ``make run``'s start-up seconds and summed memory per
+  e5 engine (``run_*``).
 
 ``PARTS`` is the hook for more: a part is a name, a module under ``bench/`` and the function that
 returns its figures (plain or a coroutine function), optionally the keys it contributes (default: every
@@ -56,6 +58,7 @@ PARTS: dict[str, Part] = {
             "packaged_passages_per_s",
             "e5_speedup_vs_packaged",
             "e5_query_p50_ms",
+            "packaged_query_p50_ms",
             "e5_vector_cosine_min",
             "e5_precision",
         ),
@@ -64,6 +67,7 @@ PARTS: dict[str, Part] = {
     "pipeline": Part("hebrew_indexing", "measure_pipeline"),
     "settle": Part("hebrew_indexing", "measure_settle"),
     "answers": Part("hebrew_answers"),
+    "footprint": Part("hebrew_footprint"),
 }
 
 

