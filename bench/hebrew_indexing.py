@@ -185,12 +185,14 @@ def measure_settle(timeout_s: float = 3600.0) -> dict[str, Any]:
                 while seen < len(page_ids):
                     if time.perf_counter() - started > timeout_s:
                         raise TimeoutError(f"{seen} of {len(page_ids)} pages searchable after {timeout_s} s")
-                    response = search.post(f"/{prefix}_*/_search", json=query)
+                    # the generation's indices (<prefix>-g<fingerprint>_<bucket>); none until the first page
+                    response = search.post(f"/{prefix}*/_search", json=query)
                     if response.status_code == 200:
-                        seen = int(response.json()["aggregations"]["pages"]["value"])
+                        pages = response.json().get("aggregations", {}).get("pages", {})
+                        seen = int(pages.get("value", 0))
                     time.sleep(0.25)
                 settle_s = time.perf_counter() - started
-                paragraphs = int(search.post(f"/{prefix}_*/_count").json()["count"])
+                paragraphs = int(search.post(f"/{prefix}*/_count").json()["count"])
         finally:
             for proc in procs:
                 proc.stop()
