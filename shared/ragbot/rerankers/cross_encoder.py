@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragbot.errors import ConfigurationError, RerankError
+from ragbot.inference.device import resolve_device
 from ragbot.inference.precision import Precision, cast_model, resolve_precision
 from ragbot.rerankers.onnx import OnnxCrossEncoder
 
@@ -79,9 +80,7 @@ class CrossEncoderReranker:
                 import torch
                 from sentence_transformers import CrossEncoder
 
-                device = self.device
-                if device == "auto":
-                    device = "cuda" if torch.cuda.is_available() else "cpu"
+                device = resolve_device(self.device)
                 model = CrossEncoder(
                     str(self.path), device=device, local_files_only=True, max_length=self.max_length
                 )

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ragbot.errors import ConfigurationError, ValidationFailed
+from ragbot.inference.device import resolve_device
 from ragbot.text import analyze
 
 logger = logging.getLogger(__name__)
@@ -333,7 +334,7 @@ def train_reranker(
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     torch.manual_seed(config.seed)
-    device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(config.device)
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
     model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1, local_files_only=True)
     layers = _truncate_layers(model, config.layers) if config.layers else model.config.num_hidden_layers
