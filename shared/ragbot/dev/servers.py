@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -146,11 +147,28 @@ class LocalWiki:
         return Handler
 
 
+# Ports handed out below Linux's ephemeral range (32768-60999 by default), so that no outgoing connection
+# (to Redis, Elasticsearch, a model server) can take one between the check and the child's bind, and
+# never the same one twice in a process.
+_PORT_RANGE = range(20000, 32000)
+_handed_out: set[int] = set()
+_port_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 nobody listens on now, outside the ephemeral range, not handed out before."""
+    with _port_lock:
+        candidates = [port for port in _PORT_RANGE if port not in _handed_out]
+        random.shuffle(candidates)
+        for port in candidates:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {_PORT_RANGE.start}-{_PORT_RANGE.stop - 1}")
 
 
 @dataclass
