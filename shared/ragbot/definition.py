@@ -1,24 +1,29 @@
 """The document definition file (kolzchut-ragbot's JSON format): load, validate once, derive fields.
 
 Format (unchanged from kolzchut-ragbot, with two backward-compatible extensions: a model may embed a list
-of fields, and a model may be an object that also says which languages it serves)::
+of fields, and a model may be an object that also says which languages it serves and how much each
+field weighs in fusion)::
 
     {"identifier_field": "page_id",
      "saved_fields": {"title": "text", "page_id": "integer", "content": "text", ...},
      "field_for_llm": "content",
      "models": {"model_name": "content", "other_model": ["title", "content"],
-                "third": {"fields": ["title", "content"], "languages": ["he", "en"]}}}
+                "third": {"fields": ["title", "content"], "languages": ["he", "en"],
+                          "weights": {"title": 0.5}}}}
 
 ``languages`` (ISO 639-1 codes, or ``"*"`` for any) is a list for every field of the model, or an
 object of field: list. Left out, a packaged model gets its known languages (``PACKAGED_LANGUAGES``)
 and any other model ``["*"]``. The retriever fuses only the dense fields that serve the question's
-language (``ragbot.retrieval.routing``).
+language (``ragbot.retrieval.routing``). ``weights`` (a number for every field, or an object of
+field: number, each finite and >= 0; left out, 1) multiplies the model's fusion weight per field: a title
+vector is the same for every paragraph of a page, so it can count for less than the content's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +87,8 @@ class DocumentDefinition:
     languages: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Vector field names whose languages the file stated (the others carry a default).
     stated_languages: frozenset[str] = field(default=frozenset(), compare=False)
+    # Per vector field name: its fusion weight within the model, when the file gave one other than 1.
+    field_weights: dict[str, float] = field(default_factory=dict)
 
     @property
     def vector_fields(self) -> tuple[VectorField, ...]:
@@ -111,13 +118,21 @@ class DocumentDefinition:
         """The languages a vector field serves (``("*",)`` for any)."""
         return self.languages.get(vector_field.name) or default_languages(vector_field.model)
 
+    def weight_of(self, vector_field: VectorField) -> float:
+        """The field's fusion weight within its model (1 unless the definition says otherwise)."""
+        return self.field_weights.get(vector_field.name, 1.0)
+
     def model_entry(self, model: str) -> dict[str, Any]:
-        """One model as the file's object form, languages spelled out (to rebuild a definition)."""
+        """One model as the file's object form, languages spelled out, weights when not all 1 (to rebuild
+        a definition)."""
         fields = self.models[model]
-        return {
+        entry: dict[str, Any] = {
             "fields": list(fields),
             "languages": {f: list(self.languages_of(VectorField(model, f))) for f in fields},
         }
+        if any(VectorField(model, f).name in self.field_weights for f in fields):
+            entry["weights"] = {f: self.weight_of(VectorField(model, f)) for f in fields}
+        return entry
 
 
 def is_vector_field(name: str) -> bool:
@@ -157,10 +172,11 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
     models: dict[str, tuple[str, ...]] = {}
     languages: dict[str, tuple[str, ...]] = {}
     stated: set[str] = set()
+    weights: dict[str, float] = {}
     for model, entry in models_raw.items():
         if not isinstance(model, str) or not model or model != model.strip():
             raise ConfigurationError(f"{origin}: models has an invalid model name {model!r}")
-        fields, declared = _model_entry(entry, origin=f"{origin}: models.{model}")
+        fields, declared, declared_weights = _model_entry(entry, origin=f"{origin}: models.{model}")
         names = (fields,) if isinstance(fields, str) else fields
         if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) for n in names):
             raise ConfigurationError(f"{origin}: models.{model} must be a field name or a list of them")
@@ -180,6 +196,12 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
                 stated.add(name)
             else:
                 languages[name] = default_languages(model)
+        per_field_weight = _field_weights(
+            declared_weights, models[model], origin=f"{origin}: models.{model}.weights"
+        )
+        for field_name, w in per_field_weight.items():
+            if w != 1.0:
+                weights[VectorField(model, field_name).name] = w
     return DocumentDefinition(
         identifier_field=ident,
         saved_fields=dict(saved),
@@ -187,19 +209,42 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
         models=models,
         languages=languages,
         stated_languages=frozenset(stated),
+        field_weights=weights,
     )
 
 
-def _model_entry(entry: Any, *, origin: str) -> tuple[Any, Any]:
-    """(fields, languages) of one model: a field name, a list of them, or {"fields", "languages"}."""
+def _model_entry(entry: Any, *, origin: str) -> tuple[Any, Any, Any]:
+    """(fields, languages, weights) of one model: a field name, a list of them, or an object with
+    "fields" and optional "languages" and "weights"."""
     if not isinstance(entry, dict):
-        return entry, None
-    unknown = set(entry) - {"fields", "languages"}
+        return entry, None, None
+    unknown = set(entry) - {"fields", "languages", "weights"}
     if unknown:
-        raise ConfigurationError(f"{origin} has unknown key(s) {sorted(unknown)}; use fields and languages")
+        raise ConfigurationError(
+            f"{origin} has unknown key(s) {sorted(unknown)}; use fields, languages and weights"
+        )
     if "fields" not in entry:
         raise ConfigurationError(f"{origin} must name its 'fields'")
-    return entry["fields"], entry.get("languages")
+    return entry["fields"], entry.get("languages"), entry.get("weights")
+
+
+def _weight(value: Any, *, origin: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{origin} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _field_weights(declared: Any, fields: tuple[str, ...], *, origin: str) -> dict[str, float]:
+    """The stated fusion weights per field: one number for all of the model's fields, or an object."""
+    if declared is None:
+        return {}
+    if isinstance(declared, dict):
+        unknown = set(declared) - set(fields)
+        if unknown:
+            raise ConfigurationError(f"{origin} names field(s) {sorted(unknown)} the model does not embed")
+        return {f: _weight(v, origin=f"{origin}.{f}") for f, v in declared.items()}
+    w = _weight(declared, origin=origin)
+    return dict.fromkeys(fields, w)
 
 
 def _language_list(value: Any, *, origin: str) -> tuple[str, ...]:
@@ -257,7 +302,7 @@ def fingerprint(
     Canonical JSON (sorted keys, no spaces), so the same inputs give the same fingerprint in every
     process; any change to one of them gives another (and so a new index generation).
     """
-    # Languages steer fusion only, never what is stored: changing them needs no new generation.
+    # Languages and weights steer fusion only, never what is stored: changing them needs no new generation.
     stored = definition_to_json(definition)
     stored["models"] = {model: list(fields) for model, fields in definition.models.items()}
     canonical = {

@@ -260,3 +260,70 @@ async def test_engine_semantic_mode_with_only_an_english_model_still_searches() 
     response = await engine.retrieve(RetrieveRequest(query="שכר מינימום", mode="semantic", rerank=False))
     assert store.calls == ["knn:content_mini_vectors"]
     assert response.documents and response.debug.model_dump()["routing"]["fallback"] is True
+
+
+# -- per-field fusion weights ------------------------------------------------------------------
+
+
+def test_weights_per_field_or_for_every_field_default_to_one() -> None:
+    d = definition(
+        {
+            "mini": "content",
+            "e5": {"fields": ["title", "content"], "weights": {"title": 0.25}},
+            "other": {"fields": ["title", "content"], "weights": 2},
+        }
+    )
+    assert d.weight_of(VectorField("e5", "title")) == 0.25
+    assert d.weight_of(VectorField("e5", "content")) == 1.0
+    assert d.weight_of(VectorField("mini", "content")) == 1.0
+    assert d.weight_of(VectorField("other", "title")) == d.weight_of(VectorField("other", "content")) == 2.0
+    assert "weights" not in d.model_entry("mini")
+    assert d.model_entry("e5")["weights"] == {"title": 0.25, "content": 1.0}
+    rebuilt = definition({m: d.model_entry(m) for m in d.models})
+    assert rebuilt.field_weights == d.field_weights
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"summary": 1}, "does not embed"),
+        ({"title": -1}, "finite number >= 0"),
+        ({"title": "half"}, "finite number >= 0"),
+        (True, "finite number >= 0"),
+        (float("nan"), "finite number >= 0"),
+    ],
+)
+def test_bad_weights_name_the_key(weights: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message) as info:
+        definition({"e5": {"fields": ["title", "content"], "weights": weights}})
+    assert "models.e5.weights" in str(info.value)
+
+
+async def test_engine_multiplies_the_model_weight_by_the_field_weight_and_skips_zero() -> None:
+    engine, _ = engine_for()
+    weighted = definition(
+        {
+            "mini": {"fields": "content", "languages": ["en"]},
+            "e5": {"fields": ["title", "content"], "weights": {"title": 0.5}},
+        }
+    )
+    engine.definition = weighted
+    response = await engine.retrieve(
+        RetrieveRequest(query="unemployment benefits", models={"e5": 2.0, "mini": 1})
+    )
+    branches = response.debug.model_dump()["branches"]
+    assert branches["title_e5_vectors"]["weight"] == 1.0
+    assert branches["content_e5_vectors"]["weight"] == 2.0
+    assert branches["content_mini_vectors"]["weight"] == 1.0
+    engine.definition = definition(
+        {
+            "mini": {"fields": "content", "languages": ["en"]},
+            "e5": {"fields": ["title", "content"], "weights": {"title": 0}},
+        }
+    )
+    engine_store = engine.store
+    assert isinstance(engine_store, MemoryStore)
+    engine_store.calls.clear()
+    response = await engine.retrieve(RetrieveRequest(query="unemployment benefits"))
+    assert "knn:title_e5_vectors" not in engine_store.calls
+    assert "title_e5_vectors" not in response.debug.model_dump()["branches"]

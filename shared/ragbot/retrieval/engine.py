@@ -279,7 +279,9 @@ class RetrievalEngine:
                 if weight == 0:
                     continue
                 branches.extend(
-                    self._dense_branch(v, float(weight)) for v in self.definition.vector_fields_for(name)
+                    self._dense_branch(v, float(weight) * self.definition.weight_of(v))
+                    for v in self.definition.vector_fields_for(name)
+                    if self.definition.weight_of(v) > 0  # a field weighed 0 is not searched
                 )
         if mode in ("lexical", "hybrid"):
             bm25_weight = self.defaults.bm25_weight if request.bm25_weight is None else request.bm25_weight
