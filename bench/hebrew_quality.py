@@ -1,8 +1,8 @@
 """``bench/hebrew.py``'s quality part: HeQ and SciFact nDCG@10 of the default definition and fusion.
 
 What ``ragbot eval --configs default`` measures, for both data sets in one process: the shipped
-definition (``config/definition.json``: MiniLM on content, multilingual-e5-small on title and
-content), the retriever's default settings (score fusion, BM25 weight 1, language routing on), a
+definition (``config/definition.json``: MiniLM on content, multilingual-e5-small on title, weight
+0.5, and content), the retriever's default settings (score fusion, BM25 weight 1, language routing on), a
 temporary embedded store, no reranker. The same index is then searched with routing off, so the
 routing's effect is read side by side (``*_no_routing``). Vectors are cached in ``var/eval-cache``
 (``ragbot eval --cache-dir`` shares it). Data: ``RAGBOT_DATA_DIR`` or ``../shared/data`` (``beir/heq-test``

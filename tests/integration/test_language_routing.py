@@ -65,7 +65,7 @@ PAGES: dict[int, tuple[str, list[str]]] = {
 
 @pytest.fixture(scope="module")
 def definition() -> DocumentDefinition:
-    """The shipped definition: MiniLM on content, multilingual-e5-small on title and content."""
+    """The shipped definition: MiniLM on content, multilingual-e5-small on title (weight 0.5) and content."""
     return load_definition(ROOT / "config" / "definition.json")
 
 
@@ -159,6 +159,9 @@ async def test_a_hebrew_question_skips_the_english_model_unless_routing_is_off(
     assert set(routing["skipped"]) == {MINILM_FIELD}
     assert "serves en only" in routing["skipped"][MINILM_FIELD]
     assert all(MINILM_FIELD not in f["ranks"] for f in debug["fused"])
+    # The shipped definition weighs e5's title at half its content (config/definition.json).
+    assert debug["branches"]["title_multilingual-e5-small_vectors"]["weight"] == 0.5
+    assert debug["branches"]["content_multilingual-e5-small_vectors"]["weight"] == 1.0
     assert response.documents[0].page_id == 1
 
     english = await engine.retrieve(RetrieveRequest(query="How do I claim unemployment benefits?"))
