@@ -294,6 +294,16 @@ def definition_to_json(definition: DocumentDefinition) -> dict[str, Any]:
     }
 
 
+def stored_form(definition: DocumentDefinition) -> dict[str, Any]:
+    """The part of a definition that decides what an index stores: fields and which model embeds which.
+
+    Languages and weights steer fusion only, never what is stored: two definitions with the same stored
+    form query the same index, and changing them needs no new generation."""
+    stored = definition_to_json(definition)
+    stored["models"] = {model: list(fields) for model, fields in definition.models.items()}
+    return stored
+
+
 def fingerprint(
     definition: DocumentDefinition, *, dimensions: Mapping[str, int], split: Mapping[str, Any]
 ) -> str:
@@ -302,11 +312,8 @@ def fingerprint(
     Canonical JSON (sorted keys, no spaces), so the same inputs give the same fingerprint in every
     process; any change to one of them gives another (and so a new index generation).
     """
-    # Languages and weights steer fusion only, never what is stored: changing them needs no new generation.
-    stored = definition_to_json(definition)
-    stored["models"] = {model: list(fields) for model, fields in definition.models.items()}
     canonical = {
-        "definition": stored,
+        "definition": stored_form(definition),
         "dimensions": {name: int(dims) for name, dims in dimensions.items()},
         "split": dict(split),
     }

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from ragbot.definition import definition_to_json, fingerprint, parse_definition
+from ragbot.definition import definition_to_json, fingerprint, parse_definition, stored_form
 from ragbot.errors import ConfigurationError
 from ragbot.messaging.reembed import generation_of, missing_pages, split_options
+from ragbot.ports import Generation
 from ragbot.schemas.pages import PageState
 from ragbot.settings import StoreSettings
 from ragbot.stores.embedded.generations import EmbeddedGenerations, pointer_file, read_pointer
@@ -23,6 +24,7 @@ from ragbot.stores.generations import (
     generation_id,
     settings_for,
 )
+from ragbot_retriever.generations import definition_for
 
 RAW: dict[str, Any] = {
     "identifier_field": "page_id",
@@ -59,6 +61,26 @@ def test_the_fingerprint_is_stable_whatever_the_key_order() -> None:
 )
 def test_the_fingerprint_changes_with_each_input(changed: dict[str, Any]) -> None:
     assert fp(**changed) != fp()
+
+
+def test_languages_and_weights_change_neither_the_fingerprint_nor_the_stored_form() -> None:
+    steered = {**RAW, "models": {"mini": {"fields": "content", "languages": ["en"], "weights": 0.5}}}
+    assert fp(steered) == fp()
+    assert stored_form(parse_definition(steered)) == stored_form(parse_definition(RAW))
+
+
+def test_the_retriever_queries_a_generation_with_the_files_fusion_settings_when_it_stores_the_same() -> None:
+    configured = parse_definition(
+        {**RAW, "models": {"mini": {"fields": "content", "languages": ["en"], "weights": 0.5}}}
+    )
+    same = Generation("g1", definition=definition_to_json(parse_definition(RAW)))
+    assert definition_for(same, configured) is configured
+    other = Generation(
+        "g2", definition=definition_to_json(parse_definition({**RAW, "models": {"mini": "title"}}))
+    )
+    own = definition_for(other, configured)
+    assert own.models == {"mini": ("title",)} and own.field_weights == {}
+    assert definition_for(Generation(LEGACY), configured) is configured
 
 
 def test_generation_names_and_places() -> None:

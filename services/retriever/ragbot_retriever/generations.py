@@ -1,7 +1,8 @@
 """The retriever's live index generation: opened with its own definition, followed when it switches.
 
 At start the retriever reads the live generation (``Generations.live``) and queries it with the
-definition recorded in its meta, not the definition file: a file edited for a re-embed that has
+definition recorded in its meta, not the definition file, unless the two store the same fields
+(then the file's languages and weights steer fusion at once): a file edited for a re-embed that has
 not switched yet never breaks a query. ``follow`` then polls the pointer; when a re-embed switches
 it, the new generation's models and store are loaded and warmed beside the old ones, the
 ``Resources`` are swapped in one assignment each (a request reads them once), and the old store and
@@ -15,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from ragbot.definition import DocumentDefinition, definition_to_json, parse_definition
+from ragbot.definition import DocumentDefinition, parse_definition, stored_form
 from ragbot.errors import RagbotError
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
@@ -39,10 +40,12 @@ class Serving:
 
 
 def definition_for(generation: Generation, configured: DocumentDefinition) -> DocumentDefinition:
-    """The definition to query a generation with: its own, else (made before generations) the file's."""
+    """The definition to query a generation with: the file's when the generation stores what the file
+    says (its languages and weights then steer fusion) or was made before generations, else its own."""
     if generation.definition is None:
         return configured
-    return parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
+    own = parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
+    return configured if stored_form(own) == stored_form(configured) else own
 
 
 async def live_or_legacy(generations: Generations) -> Generation:
@@ -94,7 +97,7 @@ async def serve(
         reranker=reranker,
         defaults=defaults,
     )
-    if generation.definition is not None and generation.definition != definition_to_json(configured):
+    if definition is not configured:
         logger.warning(
             "the definition file differs from live generation %s; queries use that generation's "
             "definition until a re-embed switches",
