@@ -5,6 +5,7 @@ without one gets 401 and a chat key gets in."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+import redis
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from support.auth import KEYS, auth_settings, chat_app
@@ -19,6 +21,7 @@ from support.chat_fakes import ScriptedLLM, serve_app
 from support.chat_stack import ChatServer, chat_server
 
 from ragbot.ports import ChatMessage
+from ragbot.settings import clear_settings_caches
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -147,3 +150,48 @@ def test_with_keys_configured_a_caller_without_one_gets_401() -> None:
 
         with pytest.raises(BaseException):  # noqa: B017 (the SDK wraps the 401 in a task group)
             asyncio.run(without_key())
+
+
+def test_tool_calls_count_against_the_callers_rate_limits(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """retrieve and get_page in the search group, ask in chat; a refusal is a tool error with its wait."""
+    prefix = f"test-mcp-limits-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("RAGBOT_RATE_LIMIT_ENABLED", "true")
+    monkeypatch.setenv("RAGBOT_REDIS_URL", redis_url)
+    monkeypatch.setenv("RAGBOT_REDIS_KEY_PREFIX", prefix)
+    monkeypatch.setenv("RAGBOT_RATE_LIMIT_SEARCH_PER_ADDRESS", "2/minute")
+    monkeypatch.setenv("RAGBOT_RATE_LIMIT_CHAT_PER_ADDRESS", "1/minute")
+    clear_settings_caches()
+
+    async def calls(url: str) -> list[tuple[bool, str]]:
+        out = []
+        plan: list[tuple[str, dict[str, Any]]] = [
+            ("retrieve", {"query": QUESTION}),
+            ("get_page", {"page_id": 100029}),
+            ("retrieve", {"query": QUESTION}),
+            ("ask", {"question": QUESTION, "mode": "quote"}),
+            ("ask", {"question": QUESTION, "mode": "quote"}),
+        ]
+        async with mcp_session(url) as session:
+            for name, arguments in plan:
+                result = await session.call_tool(name, arguments)
+                out.append((bool(result.is_error), str(result.content)))
+        return out
+
+    try:
+        with chat_server(llm=ScriptedLLM(script), redis_url=redis_url) as running:
+            results = asyncio.run(calls(running.url))
+    finally:
+        clear_settings_caches()
+        client = redis.Redis.from_url(redis_url)
+        try:
+            keys = list(client.scan_iter(f"{prefix}:*"))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
+    assert [error for error, _ in results] == [False, False, True, False, True], results
+    for _, text in (results[2], results[4]):
+        assert "rate limit of" in text and "retry in" in text
+    assert "search requests" in results[2][1] and "chat requests" in results[4][1]

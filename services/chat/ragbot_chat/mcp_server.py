@@ -5,6 +5,9 @@ It uses the official SDK's ``MCPServer`` in stateless JSON mode (every POST stan
 replica can answer it). The endpoint is a plain ASGI route added to the chat app, wrapped by
 ``ScopeGuard``, which runs ``ragbot.http.auth.authenticate`` exactly as ``require("chat")`` does for
 the HTTP routes; the SDK's session manager runs inside the app's lifespan (``ChatMcp.running``).
+Each tool call counts against the caller's rate limits like the HTTP route it mirrors (``retrieve``
+and ``get_page`` in the ``search`` group, ``ask`` in ``chat``); a refusal is a tool error saying when
+to retry.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
@@ -26,9 +29,10 @@ from ragbot.chat.events import ChatRequest
 from ragbot.chat.schemas import Mode
 from ragbot.chat.sessions import new_id
 from ragbot.chat.tools import AskToolResult, PageToolResult, RetrieveToolResult, tool_paragraphs
-from ragbot.errors import Forbidden, RagbotError, Unauthenticated
+from ragbot.errors import Forbidden, RagbotError, RateLimited, Unauthenticated
 from ragbot.http.auth import RouteAuth, authenticate
 from ragbot.http.auth.dependency import api_key_scheme, basic_scheme, bearer_scheme
+from ragbot.http.limits import RateLimiter, RouteGroup
 from ragbot.prompts import detect_language
 from ragbot.schemas.retrieval import FilterValue, RetrieveRequest
 from ragbot.settings import AuthScope
@@ -115,8 +119,21 @@ class ChatMcp:
             raise ToolError("the chat service is still starting")
         return resources
 
+    async def _count(self, ctx: Context, group: RouteGroup) -> None:
+        """Count the call against its caller's limits of ``group`` (the HTTP request ``ScopeGuard``
+        authenticated carries who the caller is)."""
+        limiter: RateLimiter | None = getattr(self.app.state, "rate_limiter", None) if self.app else None
+        request = ctx.request_context.request
+        if limiter is None or not isinstance(request, Request):
+            return
+        try:
+            await limiter.check(request, group)
+        except RateLimited as exc:
+            raise ToolError(str(exc)) from exc
+
     async def retrieve(
         self,
+        ctx: Context,
         query: str,
         filters: dict[str, FilterValue] | None = None,
         paragraphs_per_page: list[int] | None = None,
@@ -129,6 +146,7 @@ class ChatMcp:
             paragraphs_per_page: pages back, and at most this many paragraphs from each, e.g. [3, 2, 1].
         """
         res = self._resources()
+        await self._count(ctx, "search")
         try:
             request = RetrieveRequest.model_validate(
                 {
@@ -149,7 +167,7 @@ class ChatMcp:
             timings_ms=response.timings_ms,
         )
 
-    async def ask(self, question: str, mode: Mode | None = None) -> AskToolResult:
+    async def ask(self, ctx: Context, question: str, mode: Mode | None = None) -> AskToolResult:
         """Answer a question from the wiki with numbered citations ([n] is citations[].index).
 
         Args:
@@ -158,6 +176,7 @@ class ChatMcp:
                 quote (the wiki's sentences that answer, word for word, no LLM).
         """
         res = self._resources()
+        await self._count(ctx, "chat")
         try:
             text = res.pipeline.check_question(question)
             request = ChatRequest(
@@ -189,13 +208,14 @@ class ChatMcp:
             rewritten_question=sources.rewritten_question if sources else None,
         )
 
-    async def get_page(self, page_id: int) -> PageToolResult:
+    async def get_page(self, ctx: Context, page_id: int) -> PageToolResult:
         """Every indexed paragraph of one wiki page, in order (its id is a paragraph's page_id).
 
         Args:
             page_id: the wiki's page id.
         """
         res = self._resources()
+        await self._count(ctx, "search")
         try:
             page = await res.retriever.page(page_id)
         except RagbotError as exc:
