@@ -1,27 +1,36 @@
 """A re-embed's whole flow in one process, on the embedded store with real Redis: the worker's
 generations (double writes while building), the batches for the target only, the check before the
-switch (a page changed meanwhile is queued again), the switch, the job's progress and the drop."""
+switch (a page changed meanwhile is queued again), the switch, the job's progress and the drop; and
+an aborted build: its batches skipped, its job failed, its generation dropped, the live one untouched."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import redis as sync_redis
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 from support.fakes.embedder import HashEmbedder
 from support.fakes.messaging import FakeEvents, FakeSender
 from support.fakes.source import FakeSource
 
+from ragbot.cli.main import main
 from ragbot.definition import DocumentDefinition, parse_definition
+from ragbot.errors import ValidationFailed
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.queue import queue_keys
 from ragbot.messaging.reembed import (
+    ReembedState,
     ReembedStates,
+    abort_reembed,
     finish_reembed,
     generation_of,
     split_options,
@@ -30,10 +39,10 @@ from ragbot.messaging.reembed import (
 from ragbot.messaging.reindex import refresh_parent
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import Embedder
-from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import DeletePage, IndexPage, IndexPages
+from ragbot.schemas.jobs import JobKind, JobState
+from ragbot.schemas.messages import DROP_GENERATION_TASK, DeletePage, DropGeneration, IndexPage, IndexPages
 from ragbot.schemas.pages import Page
-from ragbot.settings import StoreSettings
+from ragbot.settings import StoreSettings, clear_settings_caches, get_redis_settings, get_worker_settings
 from ragbot.stores.generations import LEGACY, build_generations, open_generation
 from ragbot_embedder import service
 from ragbot_embedder.generations import WorkerGenerations, adopt_live
@@ -226,3 +235,130 @@ async def test_a_reembed_builds_the_target_keeps_both_fresh_then_switches_and_dr
     await world.workers.drop(generation_id=LEGACY)
     assert not world.settings.embedded_path.exists()
     assert await world.workers.contexts(generation=LEGACY) == []
+
+
+async def test_an_aborted_reembed_skips_its_batches_fails_its_job_and_drops_only_its_target(
+    world: World,
+) -> None:
+    for page_id in range(1, 8):
+        await ping(world, page_id)
+    [live_ctx] = await world.workers.contexts(generation=None)
+    new_models = embedders_for(NEW)
+    target = generation_of(
+        NEW, dimensions={v.name: new_models[v.model].dimension for v in NEW.vector_fields}, split=SPLIT
+    )
+    sender = FakeSender()
+    started = await start_reembed(
+        target=target,
+        generations=world.workers.generations,
+        source_store=live_ctx.store,
+        states=world.states,
+        jobs=world.jobs,
+        sender=cast(Any, sender),
+        callback_url=CALLBACK,
+        batch_pages=3,
+    )
+    first = sender.sent[0][1]
+    assert isinstance(first, IndexPages)
+    [ctx] = await world.workers.batch_contexts(generation=target.generation_id)  # building: written
+    outcome = await service.index_pages(ctx=ctx, command=first)
+    await world.jobs.update(job_id=first.job_id, state=outcome.state, progress=outcome.progress)
+
+    aborted = await abort_reembed(
+        states=world.states, jobs=world.jobs, sender=cast(Any, sender), drop_after_s=5.0
+    )
+    assert (aborted.job_id, aborted.target) == (started.job.job_id, target.generation_id)
+    assert await world.states.get() is None
+    # The queued batches are skipped; pings write the live generation only.
+    assert await world.workers.batch_contexts(generation=target.generation_id) == []
+    assert [c.definition for c in await world.workers.contexts(generation=None)] == [OLD]
+    # The job stays failed as aborted whatever its batches do.
+    for _, message, _ in sender.sent[1:3]:
+        assert isinstance(message, IndexPages)
+        await world.jobs.update(job_id=message.job_id, state=JobState.skipped)
+    parent = await refresh_parent(jobs=world.jobs, parent_job_id=started.job.job_id)
+    assert parent.state is JobState.failed and "aborted" in (parent.error or ""), parent
+    assert "stays live" in (parent.detail or "")
+    # The drop of the target is queued with its delay, and drops the target only.
+    task, drop, _ = sender.sent[3]
+    assert task == DROP_GENERATION_TASK and isinstance(drop, DropGeneration)
+    assert drop.generation == target.generation_id and sender.countdowns == {3: 5.0}
+    assert await world.jobs.get(job_id=drop.job_id) is not None
+    outcome = await service.drop_generation(ctx=live_ctx, command=drop)
+    assert outcome.state is JobState.done
+    assert await world.workers.generations.get(generation_id=target.generation_id) is None
+    assert (await world.workers.generations.live()).generation_id == LEGACY
+    assert len(await live_ctx.store.list_pages()) == 7
+
+    with pytest.raises(ValidationFailed, match="nothing to abort"):
+        await abort_reembed(states=world.states, jobs=world.jobs, sender=cast(Any, sender), drop_after_s=5.0)
+    again = await start_reembed(  # the mark is free: a new build may start
+        target=target,
+        generations=world.workers.generations,
+        source_store=live_ctx.store,
+        states=world.states,
+        jobs=world.jobs,
+        sender=cast(Any, sender),
+        callback_url=CALLBACK,
+        batch_pages=3,
+    )
+    assert again.pages == 7 and again.job.job_id != started.job.job_id
+    # A delayed drop of the aborted build must not delete this one (same definition, same id).
+    assert await world.workers.drop_contexts(generation=target.generation_id) == []
+    assert await world.workers.batch_contexts(generation=target.generation_id) != []
+
+
+def test_ragbot_reembed_abort_stops_the_build_and_queues_the_drop(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command against real Redis: nothing to abort is exit 2; a build is stopped (exit 0)."""
+    prefix = f"test-reembed-cli-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("RAGBOT_REDIS_URL", redis_url)
+    monkeypatch.setenv("RAGBOT_REDIS_KEY_PREFIX", prefix)
+    clear_settings_caches()
+
+    async def begin() -> str:
+        client = Redis.from_url(redis_url)
+        try:
+            jobs = JobStore(redis=client, key_prefix=prefix)
+            parent = await jobs.create(kind=JobKind.reembed, payload={"source": "g-old", "target": "g-new"})
+            state = ReembedState(
+                job_id=parent.job_id, source="g-old", target="g-new", started_at=datetime.now(UTC)
+            )
+            assert await ReembedStates(redis=client, key_prefix=prefix).begin(state)
+            return parent.job_id
+        finally:
+            await client.aclose()
+
+    async def read(job_id: str) -> tuple[Any, Any, Any]:
+        client = Redis.from_url(redis_url)
+        try:
+            jobs = JobStore(redis=client, key_prefix=prefix)
+            return (
+                await ReembedStates(redis=client, key_prefix=prefix).get(),
+                await jobs.get(job_id=job_id),
+                await jobs.get(job_id=f"{job_id}-drop"),
+            )
+        finally:
+            await client.aclose()
+
+    try:
+        assert main(["reembed", "--abort"]) == 2
+        assert "nothing to abort" in capsys.readouterr().err
+        job_id = asyncio.run(begin())
+        assert main(["reembed", "--abort"]) == 0
+        assert f"re-embed job {job_id} aborted: g-old stays live, g-new is dropped" in capsys.readouterr().out
+        state, parent, drop = asyncio.run(read(job_id))
+        assert state is None
+        assert parent.state is JobState.failed and "aborted" in parent.error
+        assert drop is not None and drop.payload["generation"] == "g-new"
+        client = sync_redis.Redis.from_url(redis_url)
+        try:
+            keys = queue_keys(redis_settings=get_redis_settings(), queue=get_worker_settings().queue)
+            assert sum(int(client.llen(k)) for k in keys) == 1  # the drop, sent with its delay
+            for key in client.scan_iter(match=f"{prefix}:*"):
+                client.delete(key)
+        finally:
+            client.close()
+    finally:
+        clear_settings_caches()

@@ -3,7 +3,8 @@
 Normally one: the live generation, embedded with the definition it was built with (recorded in its
 meta), whatever the definition file says now. While a re-embed runs (``ReembedStates``), pings,
 deletes and reindex batches also go to the generation being built, with its definition; a
-re-embed's own batches name their target and go there only. The re-embed mark is read before the
+re-embed's own batches name their target and go there only, and are skipped once their build was
+aborted (``batch_contexts``). The re-embed mark is read before the
 pointer on every command (the switch moves the pointer first, then clears the mark), so no command
 ever writes only to a generation that stopped being live.
 """
@@ -87,6 +88,25 @@ class WorkerGenerations:
                 wanted.append(target)
         await self._forget(keep={g.generation_id for g in wanted})
         return [await self._context(g) for g in wanted]
+
+    async def batch_contexts(self, *, generation: str) -> list[IndexingContext]:
+        """The context of a re-embed batch's target while it is being built (or live, once switched);
+        empty when its build was aborted, so that its queued batches are skipped."""
+        state = await self.states.get()
+        if state is not None and state.target == generation:
+            return await self.contexts(generation=generation)
+        live = await self.generations.live()
+        if live.generation_id == generation:
+            return await self.contexts(generation=generation)
+        return []
+
+    async def drop_contexts(self, *, generation: str) -> list[IndexingContext]:
+        """The context to drop a generation in; empty while a re-embed builds it again (an aborted
+        build's delayed drop must not delete the next build of the same definition)."""
+        state = await self.states.get()
+        if state is not None and state.target == generation:
+            return []
+        return await self.contexts(generation=generation)
 
     async def _generation(self, generation_id: str) -> Generation | None:
         """A generation's meta (cached: a generation's meta never changes)."""

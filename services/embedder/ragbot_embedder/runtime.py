@@ -29,6 +29,7 @@ from ragbot.messaging.reembed import ReembedStates, generation_of, split_options
 from ragbot.observability.metrics import worker_metrics
 from ragbot.observability.tracing import traced_llm
 from ragbot.ports import Embedder
+from ragbot.schemas.messages import DropGeneration, IndexPages
 from ragbot.settings import (
     ContextualSettings,
     LLMSettings,
@@ -70,6 +71,10 @@ class Runtime:
         if self.generations is None:
             return [self.ctx]
         target = getattr(command, "generation", None)
+        if isinstance(command, IndexPages) and isinstance(target, str):
+            return await self.generations.batch_contexts(generation=target)
+        if isinstance(command, DropGeneration):
+            return await self.generations.drop_contexts(generation=command.generation)
         return await self.generations.contexts(generation=target if isinstance(target, str) else None)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

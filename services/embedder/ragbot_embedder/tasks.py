@@ -178,7 +178,10 @@ class TaskRunner:
         retried and every generation rewritten, which is idempotent."""
         contexts = await rt.contexts_for(command)
         if not contexts:
-            return service.Outcome(JobState.skipped, "its index generation no longer exists")
+            return service.Outcome(
+                JobState.skipped,
+                "its index generation is gone, its re-embed was aborted, or it is being built again",
+            )
         outcome = await self.handler(ctx=contexts[0], command=command, final=final)
         for ctx in contexts[1:]:
             await self.handler(ctx=ctx, command=command, final=final)

@@ -6,7 +6,9 @@ queues every live page for it (``ragbot.messaging.reembed.start_reembed``); work
 from ``--callback-url`` and embed it with the new definition, while queries keep reading the live
 generation. The command then follows the job until the workers have switched (exit 0), some pages
 failed (exit 1: ``POST /v1/jobs/<id>/retry`` re-queues them), or nothing was started (exit 2).
-``--status`` only prints the live generation, the configured one and any build in progress.
+``--status`` only prints the live generation, the configured one and any build in progress;
+``--abort`` stops the build in progress (``ragbot.messaging.reembed.abort_reembed``): the live
+generation stays, the one being built is dropped.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import time
 from typing import Any
 
 from ragbot.definition import load_definition
-from ragbot.errors import DependencyUnavailable
+from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import TaskSender, create_celery_app
 from ragbot.messaging.redis import build_redis
 from ragbot.messaging.reembed import (
     ReembedStates,
+    abort_reembed,
     generation_of,
     split_options,
     start_reembed,
@@ -58,6 +61,7 @@ def register(subparsers: Any) -> None:
     add = parser.add_argument
     add("--callback-url", help="the content API base pages are fetched from (as in pings)")
     add("--status", action="store_true", help="print the live and configured generations, start nothing")
+    add("--abort", action="store_true", help="stop the build in progress and drop its generation")
     add("--no-wait", action="store_true", help="print the job id and return once the pages are queued")
     add("--poll", type=float, default=1.0, help="seconds between status polls (default 1)")
     add("--timeout", type=float, default=0.0, help="give up waiting after this many seconds (0: never)")
@@ -66,10 +70,39 @@ def register(subparsers: Any) -> None:
 
 def run_reembed(args: argparse.Namespace) -> int:
     """``ragbot reembed``."""
+    if args.abort:
+        return asyncio.run(_abort())
     if not args.status and not args.callback_url:
-        sys.stderr.write("ragbot reembed: give --callback-url (or --status)\n")
+        sys.stderr.write("ragbot reembed: give --callback-url (or --status, --abort)\n")
         return 2
     return asyncio.run(_run(args))
+
+
+async def _abort() -> int:
+    """Stop the running build; exit 2 when none runs."""
+    redis_settings = get_redis_settings()
+    worker = get_worker_settings()
+    redis = build_redis(redis_settings)
+    app = create_celery_app(redis_settings=redis_settings, queue=worker.queue)
+    sender = TaskSender(app, queue=worker.queue)
+    try:
+        state = await abort_reembed(
+            states=ReembedStates(redis=redis, key_prefix=redis_settings.key_prefix),
+            jobs=JobStore(redis=redis, key_prefix=redis_settings.key_prefix),
+            sender=sender,
+            drop_after_s=worker.reembed_drop_after_s,
+        )
+    except ValidationFailed as exc:
+        sys.stderr.write(f"ragbot reembed: {exc}\n")
+        return 2
+    finally:
+        sender.close()
+        await redis.aclose()
+    sys.stdout.write(
+        f"re-embed job {state.job_id} aborted: {state.source} stays live, {state.target} is dropped in "
+        f"{worker.reembed_drop_after_s:g} s\n"
+    )
+    return 0
 
 
 def configured_generation() -> Generation:

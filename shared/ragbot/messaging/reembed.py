@@ -8,7 +8,9 @@ the mark is set, workers write every ping to both generations (each with its own
 the target misses nothing and the source stays fresh. ``finish_reembed`` runs when the parent ends
 ``done``: it checks that every page of the source is in the target at the same or a newer revision
 (pages that are not are queued again, and the switch waits for them), switches the pointer
-atomically, clears the mark and says which generation to drop.
+atomically, clears the mark and says which generation to drop. ``abort_reembed`` stops a build:
+it clears the mark (workers stop writing to the target and skip its queued batches), marks the job
+failed as aborted, and queues the target's drop after a delay (batches already running end first).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from ragbot.messaging.redis import redis_guard
 from ragbot.messaging.reindex import batch_job_id, batches
 from ragbot.ports import Generation, Generations, SearchStore
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
-from ragbot.schemas.messages import INDEX_PAGES_TASK, IndexPages, PageRef
+from ragbot.schemas.messages import (
+    DROP_GENERATION_TASK,
+    INDEX_PAGES_TASK,
+    DropGeneration,
+    IndexPages,
+    PageRef,
+)
 from ragbot.schemas.pages import PageState
 from ragbot.settings import ContextualSettings, WorkerSettings
 from ragbot.stores import MAX_K
@@ -50,8 +58,10 @@ class ReembedState(BaseModel):
 class CommandSender(Protocol):
     """Sends a command by task name (``ragbot.messaging.queue.TaskSender``)."""
 
-    async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
-        """Publish one command; returns the task id."""
+    async def send(
+        self, *, task: str, message: BaseModel, request_id: str | None = None, countdown: float | None = None
+    ) -> str:
+        """Publish one command (``countdown``: not before that many seconds); returns the task id."""
 
 
 class ReembedStates:
@@ -283,3 +293,36 @@ async def finish_reembed(
         "re-embed switched", extra={"job_id": parent.job_id, "from": state.source, "to": state.target}
     )
     return state.source
+
+
+async def abort_reembed(
+    *,
+    states: ReembedStates,
+    jobs: JobStore,
+    sender: CommandSender,
+    drop_after_s: float,
+    reason: str = "aborted by an operator",
+) -> ReembedState:
+    """Stop the running build: clear its mark, fail its job as aborted, drop its target generation
+    after ``drop_after_s`` (the live generation is never touched). ``ValidationFailed`` when none runs."""
+    state = await states.get()
+    if state is None:
+        raise ValidationFailed("no re-embed is building; nothing to abort", field="reembed")
+    await states.clear(job_id=state.job_id)
+    parent = await jobs.get(job_id=state.job_id)
+    if parent is not None:
+        await jobs.update(
+            job_id=state.job_id,
+            state=JobState.failed,
+            error=f"re-embed aborted: {reason}",
+            detail=f"generation {state.target} is dropped; {state.source} stays live",
+            payload={**parent.payload, "aborted_at": datetime.now(UTC).isoformat()},
+        )
+    drop = DropGeneration(job_id=f"{state.job_id}-drop", generation=state.target)
+    await jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
+    await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=drop_after_s)
+    logger.warning(
+        "re-embed aborted",
+        extra={"job_id": state.job_id, "target": state.target, "source": state.source, "reason": reason},
+    )
+    return state

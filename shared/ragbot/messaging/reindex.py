@@ -161,9 +161,13 @@ def combine_reembed(parent: JobRecord, children: list[JobRecord | None]) -> JobR
     """A re-embed's record: its batches' sum, but ``done`` only once the switch happened.
 
     Every batch done and no switch yet is ``running`` with ``progress.built = 1`` (the sign
-    ``messaging.reembed.finish_reembed`` waits for).
+    ``messaging.reembed.finish_reembed`` waits for); an aborted one stays ``failed``.
     """
     combined = combine_batches(parent, children)
+    if "aborted_at" in parent.payload:  # abort_reembed's verdict stands, whatever the batches did
+        return combined.model_copy(
+            update={"state": JobState.failed, "error": parent.error, "detail": parent.detail}
+        )
     if combined.state is not JobState.done or "switched_at" in parent.payload:
         return combined
     return combined.model_copy(
