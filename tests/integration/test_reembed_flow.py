@@ -362,3 +362,40 @@ def test_ragbot_reembed_abort_stops_the_build_and_queues_the_drop(
             client.close()
     finally:
         clear_settings_caches()
+
+
+async def test_a_reembed_of_an_empty_index_switches_at_once_and_drops_the_old_generation(
+    world: World,
+) -> None:
+    [live_ctx] = await world.workers.contexts(generation=None)
+    assert await live_ctx.store.list_pages() == []
+    new_models = embedders_for(NEW)
+    target = generation_of(
+        NEW, dimensions={v.name: new_models[v.model].dimension for v in NEW.vector_fields}, split=SPLIT
+    )
+    sender = FakeSender()
+    started = await start_reembed(
+        target=target,
+        generations=world.workers.generations,
+        source_store=live_ctx.store,
+        states=world.states,
+        jobs=world.jobs,
+        sender=cast(Any, sender),
+        callback_url=CALLBACK,
+        batch_pages=3,
+        drop_after_s=7.0,
+    )
+    assert started.pages == 0 and started.job.state is JobState.done
+    assert (await world.workers.generations.live()).generation_id == target.generation_id
+    assert await world.states.get() is None
+    [(task, drop, _)] = sender.sent
+    assert task == DROP_GENERATION_TASK and isinstance(drop, DropGeneration)
+    assert drop.generation == LEGACY and sender.countdowns == {0: 7.0}
+    record = await refresh_parent(jobs=world.jobs, parent_job_id=started.job.job_id)
+    assert record.state is JobState.done and "no pages to build" in (record.detail or "")
+    [only] = await world.workers.contexts(generation=None)
+    assert only.definition == NEW
+    await service.index_page(  # the new generation takes pings at once
+        ctx=only, command=IndexPage(job_id="p", page_id=1, revision_id=1, callback_url=CALLBACK)
+    )
+    assert [p.page_id for p in await only.store.list_pages()] == [1]

@@ -169,6 +169,7 @@ async def _run(args: argparse.Namespace) -> int:
                 sender=sender,
                 callback_url=args.callback_url,
                 batch_pages=get_ingest_settings().reindex_batch_pages,
+                drop_after_s=worker.reembed_drop_after_s,
             )
         finally:
             sender.close()

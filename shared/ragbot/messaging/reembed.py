@@ -153,8 +153,12 @@ async def start_reembed(
     callback_url: str,
     batch_pages: int,
     request_id: str | None = None,
+    drop_after_s: float = 60.0,
 ) -> ReembedStarted:
-    """Record ``target``, mark the build, queue every live page for it; refuses when nothing changed."""
+    """Record ``target``, mark the build, queue every live page for it; refuses when nothing changed.
+
+    With no page to build (an empty index) it switches at once, and drops the old generation after
+    ``drop_after_s``: any page indexed since the mark was set has gone to both."""
     live = await generations.live()
     if live.fingerprint is not None and live.fingerprint == target.fingerprint:
         raise ValidationFailed(
@@ -183,6 +187,16 @@ async def start_reembed(
     # Listed after the mark is set: a page indexed from now on reaches the target through the
     # workers' double writes, one indexed before is in this list (and finish_reembed checks both).
     pages = await all_pages(source_store)
+    if not pages:
+        return await _switch_empty(
+            parent=parent,
+            state=state,
+            generations=generations,
+            states=states,
+            jobs=jobs,
+            sender=sender,
+            drop_after_s=drop_after_s,
+        )
     groups = list(batches([p.page_id for p in pages], batch_pages))
     parent = await jobs.update(
         job_id=parent.job_id,
@@ -205,6 +219,33 @@ async def start_reembed(
     return ReembedStarted(
         job=parent, source=live.generation_id, target=target.generation_id, pages=len(pages)
     )
+
+
+async def _switch_empty(
+    *,
+    parent: JobRecord,
+    state: ReembedState,
+    generations: Generations,
+    states: ReembedStates,
+    jobs: JobStore,
+    sender: CommandSender,
+    drop_after_s: float,
+) -> ReembedStarted:
+    """An empty source: nothing to build, so the target is complete now; switch and drop the source."""
+    await generations.switch(to=state.target)
+    await states.clear(job_id=parent.job_id)
+    record = await jobs.update(
+        job_id=parent.job_id,
+        state=JobState.done,
+        detail=f"no pages to build: switched to generation {state.target}; {state.source} is dropped shortly",
+        payload={**parent.payload, "switched_at": datetime.now(UTC).isoformat()},
+        progress={"total": 0, "done": 0, "failed": 0, "batches": 0, "built": 1},
+    )
+    drop = DropGeneration(job_id=f"{parent.job_id}-drop", generation=state.source)
+    await jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
+    await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=drop_after_s)
+    logger.info("re-embed of an empty index switched at once", extra={"to": state.target})
+    return ReembedStarted(job=record, source=state.source, target=state.target, pages=0)
 
 
 async def _queue_batch(

@@ -168,7 +168,9 @@ def combine_reembed(parent: JobRecord, children: list[JobRecord | None]) -> JobR
         return combined.model_copy(
             update={"state": JobState.failed, "error": parent.error, "detail": parent.detail}
         )
-    if combined.state is not JobState.done or "switched_at" in parent.payload:
+    if "switched_at" in parent.payload:  # the switch's detail says where readers are now
+        return combined.model_copy(update={"detail": parent.detail or combined.detail})
+    if combined.state is not JobState.done:
         return combined
     return combined.model_copy(
         update={
