@@ -83,6 +83,37 @@ def test_the_retriever_queries_a_generation_with_the_files_fusion_settings_when_
     assert definition_for(Generation(LEGACY), configured) is configured
 
 
+async def test_the_retriever_reports_a_definition_that_differs_from_the_live_generation(
+    tmp_path: Path,
+) -> None:
+    from prometheus_client import REGISTRY
+    from support.fakes import HashEmbedder
+
+    from ragbot.retrieval import RetrievalDefaults
+    from ragbot_retriever.generations import serve
+
+    settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "store.sqlite3")
+
+    async def served(stored: dict[str, Any], configured: dict[str, Any]) -> float | None:
+        definition = parse_definition(stored)
+        dims = {v.name: 8 for v in definition.vector_fields}
+        generation = Generation("legacy", definition=definition_to_json(definition), dimensions=dims)
+        serving = await serve(
+            generation=generation,
+            configured=parse_definition(configured),
+            store_settings=settings,
+            embedders_for=lambda d: {m: HashEmbedder(m, dimension=8) for m in d.model_names},
+            reranker=None,
+            defaults=RetrievalDefaults(),
+            store_timeout_s=10,
+        )
+        await serving.opened.store.close()
+        return REGISTRY.get_sample_value("ragbot_definition_differs")
+
+    assert await served(RAW, {**RAW, "models": {"mini": ["title", "content"]}}) == 1.0
+    assert await served(RAW, {**RAW, "models": {"mini": {"fields": "content", "weights": 0.5}}}) == 0.0
+
+
 def test_generation_names_and_places() -> None:
     gen = generation_of(parse_definition(RAW), dimensions=DIMS, split=SPLIT)
     assert gen.generation_id == generation_id(fp()) == f"g{fp()[:8]}"

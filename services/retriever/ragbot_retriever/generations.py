@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ragbot.definition import DocumentDefinition, parse_definition, stored_form
 from ragbot.errors import RagbotError
+from ragbot.observability.metrics import retrieval_metrics
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.settings import StoreSettings
@@ -97,6 +98,7 @@ async def serve(
         reranker=reranker,
         defaults=defaults,
     )
+    retrieval_metrics().definition_differs.set(0 if definition is configured else 1)
     if definition is not configured:
         logger.warning(
             "the definition file differs from live generation %s; queries use that generation's "

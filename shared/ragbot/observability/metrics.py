@@ -75,9 +75,11 @@ class WorkerMetrics:
 
 @dataclass(frozen=True, slots=True)
 class RetrievalMetrics:
-    """How long each retrieval stage took (embed, dense, bm25, fusion, rerank, total)."""
+    """How long each retrieval stage took (embed, dense, bm25, fusion, rerank, total), and whether the
+    generation queried stores what the definition file says."""
 
     stage_seconds: Histogram
+    definition_differs: Gauge
 
     def observe(self, timings_ms: dict[str, float]) -> None:
         """Record one retrieval's stage timings (the response's ``timings_ms``)."""
@@ -191,7 +193,13 @@ def _new_retrieval_metrics(registry: CollectorRegistry) -> RetrievalMetrics:
             ["stage"],
             buckets=STAGE_BUCKETS,
             registry=registry,
-        )
+        ),
+        definition_differs=Gauge(
+            "ragbot_definition_differs",
+            "1 when the definition file stores other fields or models than the live index generation the"
+            " retriever queries (queries use the generation's own definition; `ragbot reembed` is due).",
+            registry=registry,
+        ),
     )
 
 
