@@ -7,6 +7,7 @@ exactly which files were embedded; one slow test runs MiniLM and searches the re
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest_asyncio
 from fixtures.files.builders import make_docx, make_pdf, make_pptx
 from support.fakes import HashEmbedder
 
-from ragbot.definition import DocumentDefinition, parse_definition
+from ragbot.cli.main import main
+from ragbot.definition import DocumentDefinition, definition_to_json, parse_definition
 from ragbot.errors import ValidationFailed
 from ragbot.indexing.folder import (
     FILE_PAGE_ID_BASE,
@@ -29,8 +31,11 @@ from ragbot.indexing.folder import (
     plan_folder_index,
     scan_paths,
 )
+from ragbot.messaging.reembed import generation_of, split_options
 from ragbot.ports import Embedder, SearchStore
 from ragbot.stores.embedded import EmbeddedStore
+from ragbot.stores.embedded.generations import EmbeddedGenerations
+from ragbot.stores.generations import embedded_file
 
 DEFINITION = parse_definition(
     {
@@ -260,8 +265,6 @@ async def test_a_changed_definition_re_embeds_everything(
 
 
 def test_cli_dry_run_lists_the_plan(refs: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ragbot.cli.main import main
-
     status = main(["index", str(refs), "--dry-run", "--manifest", str(refs.parent / "m.json")])
     out = capsys.readouterr().out
     assert status == 0
@@ -322,3 +325,46 @@ async def test_the_cli_indexes_a_folder_with_minilm_and_finds_it(
         assert manifest["files"]["refs/guides/leave.md"]["paragraphs"] == 1
     finally:
         await store.close()
+
+
+@pytest.mark.slow
+def test_the_cli_writes_the_live_generation_and_refuses_a_definition_it_does_not_store(
+    refs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a re-embed switched, ``ragbot index`` writes what readers query, not the legacy file."""
+    definition = _minilm_definition()
+    dimensions = {"content_all-MiniLM-L6-v2_vectors": 384}
+    path = tmp_path / "store.sqlite3"
+    live = generation_of(
+        definition, dimensions=dimensions, split=split_options(max_tokens=256, link_targets="drop")
+    )
+
+    async def switch() -> None:
+        generations = EmbeddedGenerations(path=path)
+        await generations.record(live)
+        await generations.switch(to=live.generation_id)
+        await generations.close()
+
+    asyncio.run(switch())
+    definition_file = tmp_path / "definition.json"
+    definition_file.write_text(json.dumps(definition_to_json(definition)), encoding="utf-8")
+    args = ["index", str(refs), "--definition", str(definition_file), "--store-path", str(path)]
+    args += ["--manifest", str(tmp_path / "m.json"), "--no-progress"]
+    assert main(args) == 0
+    assert "indexed 6 files" in capsys.readouterr().out
+
+    async def pages(file: Path) -> int:
+        store = EmbeddedStore(path=file, definition=definition, dimensions=dimensions)
+        await store.ensure_ready()
+        try:
+            return len(await store.list_pages())
+        finally:
+            await store.close()
+
+    assert asyncio.run(pages(embedded_file(path, live.generation_id))) == 6
+    assert not path.exists() or asyncio.run(pages(path)) == 0  # the legacy file is not written
+
+    wider = {**definition_to_json(definition), "models": {"all-MiniLM-L6-v2": ["title", "content"]}}
+    definition_file.write_text(json.dumps(wider), encoding="utf-8")
+    assert main(args) == 2
+    assert "run `ragbot reembed` first" in capsys.readouterr().err

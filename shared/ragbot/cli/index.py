@@ -7,7 +7,11 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragbot.ports import Generation
+    from ragbot.settings import StoreSettings
 
 logger = logging.getLogger("ragbot.cli.main")
 
@@ -24,7 +28,8 @@ def register(subparsers: Any) -> None:
         description="Walk each PATH (a folder or a file), honour "
         + " and ".join(IGNORE_FILES)
         + " (.gitignore syntax), parse every supported file, embed the new and changed ones into the "
-        "configured store and delete the ones that are gone. A manifest remembers what was indexed.",
+        "configured store's live index generation and delete the ones that are gone. A manifest remembers "
+        "what was indexed.",
     )
     add = parser.add_argument
     add("paths", nargs="+", type=Path, metavar="PATH", help="folders or files to index")
@@ -68,21 +73,29 @@ def _dry_run(args: argparse.Namespace) -> int:
     return 1 if plan.failed else 0
 
 
+async def _live_generation(settings: StoreSettings) -> Generation:
+    """The generation readers query now (``legacy`` before any re-embed), to write into it."""
+    from ragbot.stores.generations import build_generations
+
+    generations = build_generations(settings)
+    try:
+        return await generations.live()
+    finally:
+        await generations.close()
+
+
 async def _index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ragbot.definition import load_definition
+    from ragbot.definition import load_definition, parse_definition, stored_form
     from ragbot.embedders import build_embedders
     from ragbot.indexing.folder import index_folder
     from ragbot.settings import get_model_settings, get_store_settings, get_worker_settings
     from ragbot.stores import build_store
+    from ragbot.stores.generations import settings_for
 
     model_settings = get_model_settings()
     definition = load_definition(args.definition or model_settings.document_definition)
-    embedders = build_embedders(settings=model_settings, definition=definition)
-    logger.info("loading models %s", list(embedders))
-    for embedder in embedders.values():
-        await asyncio.to_thread(embedder.warm_up)
     updates: dict[str, Any] = {}
     for option, name in (
         ("store", "backend"),
@@ -93,8 +106,26 @@ async def _index(args: argparse.Namespace) -> int:
         if getattr(args, option) is not None:
             updates[name] = getattr(args, option)
     store_settings = get_store_settings().model_copy(update=updates)
+    live = await _live_generation(store_settings)
+    stored = parse_definition(dict(live.definition)) if live.definition is not None else definition
+    if stored_form(stored) != stored_form(definition):
+        sys.stderr.write(
+            f"ragbot index: the live index generation {live.generation_id} stores other fields or "
+            "models than the definition file; run `ragbot reembed` first, or give --definition with "
+            "the live generation's\n"
+        )
+        return 2
+    embedders = build_embedders(settings=model_settings, definition=definition)
+    logger.info("loading models %s", list(embedders))
+    for embedder in embedders.values():
+        await asyncio.to_thread(embedder.warm_up)
     dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
-    store = build_store(settings=store_settings, definition=definition, dimensions=dimensions)
+    store = build_store(
+        settings=settings_for(store_settings, live.generation_id),
+        definition=definition,
+        dimensions=dimensions,
+    )
+    logger.info("writing index generation %s", live.generation_id)
     bar = tqdm(total=0, unit="file", disable=args.no_progress, file=sys.stderr)
 
     def progress(done: int, total: int, key: str) -> None:
