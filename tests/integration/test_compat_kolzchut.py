@@ -7,6 +7,7 @@ file or index prefix and removes it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +25,14 @@ from ragbot.compat.kolzchut import (
     es_client_factory,
     strip_vector_fields,
 )
-from ragbot.definition import DocumentDefinition, parse_definition
+from ragbot.definition import DocumentDefinition, definition_to_json, parse_definition
 from ragbot.embedders import build_embedders
-from ragbot.ports import Embedder
+from ragbot.errors import ConfigurationError
+from ragbot.messaging.reembed import generation_of, split_options
+from ragbot.ports import Embedder, Generation
 from ragbot.settings import ModelSettings, StoreSettings
+from ragbot.stores.embedded.generations import EmbeddedGenerations
+from ragbot.stores.generations import embedded_file
 from ragbot.stores.mapping import template_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -285,3 +290,45 @@ def test_reciprocal_rank_fusion_and_strip_vector_fields() -> None:
     source: dict[str, Any] = {"title": "t", "content_m_vectors": [0.1], "page_id": 1}
     assert strip_vector_fields(source) == {"title": "t", "page_id": 1}
     assert "content_m_vectors" in source
+
+
+def test_the_engine_reads_and_writes_the_live_generation_and_refuses_one_it_cannot_read(
+    tmp_path: Path, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    """After a re-embed switched, kolzchut-ragbot's Engine uses what ragbot's readers query."""
+    path = tmp_path / "compat.sqlite3"
+    dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+    live = generation_of(
+        definition, dimensions=dimensions, split=split_options(max_tokens=512, link_targets="drop")
+    )
+    other = parse_definition({**definition_to_json(definition), "models": {MODEL: ["title", "content"]}})
+    unreadable = generation_of(
+        other,
+        dimensions={v.name: 384 for v in other.vector_fields},
+        split=split_options(max_tokens=512, link_targets="drop"),
+    )
+
+    async def switch(to: Generation) -> None:
+        generations = EmbeddedGenerations(path=path)
+        await generations.record(to)
+        await generations.switch(to=to.generation_id)
+        await generations.close()
+
+    asyncio.run(switch(live))
+    settings = StoreSettings(backend="embedded", embedded_path=path)
+    eng = Engine(Configs(), None, embedders=embedders, definition=definition, store_settings=settings)
+    try:
+        index_all(eng)
+        docs, _, _ = eng.retrieve_documents("disability pension", 10, [1])
+        assert docs and docs[0]["page_id"] == 4004
+    finally:
+        eng.close()
+    assert embedded_file(path, live.generation_id).exists() and not path.exists()
+
+    asyncio.run(switch(unreadable))
+    eng = Engine(Configs(), None, embedders=embedders, definition=definition, store_settings=settings)
+    try:
+        with pytest.raises(ConfigurationError, match="stores other fields"):
+            eng.retrieve_documents("disability pension", 10, [1])
+    finally:
+        eng.close()

@@ -11,8 +11,8 @@ from typing import Any
 
 from ragbot.compat.kolzchut.loop import LoopThread
 from ragbot.compat.kolzchut.writes import update_page
-from ragbot.definition import DocumentDefinition, load_definition
-from ragbot.errors import ValidationFailed
+from ragbot.definition import DocumentDefinition, load_definition, parse_definition, stored_form
+from ragbot.errors import ConfigurationError, ValidationFailed
 from ragbot.indexing.pipeline import IndexingPipeline
 from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore
 from ragbot.retrieval import (
@@ -159,6 +159,7 @@ class Engine:
             await asyncio.to_thread(self._reranker.warm_up)
         if self._store is None:
             from ragbot.stores import build_store
+            from ragbot.stores.generations import settings_for
 
             settings = self._store_settings
             if self.es_client is not None:
@@ -166,7 +167,10 @@ class Engine:
                     update={"backend": "elasticsearch", "es_url": _es_url(self.es_client)}
                 )
             dimensions = {v.name: embedders[v.model].dimension for v in self.definition.vector_fields}
-            self._store = build_store(settings=settings, definition=self.definition, dimensions=dimensions)
+            generation = await self._live_generation(settings)
+            self._store = build_store(
+                settings=settings_for(settings, generation), definition=self.definition, dimensions=dimensions
+            )
             await self._store.ensure_ready()
         defaults = dataclasses.replace(
             RetrievalDefaults.from_settings(self._retriever_settings),
@@ -179,6 +183,25 @@ class Engine:
             reranker=self._reranker,
             defaults=defaults,
         )
+
+    async def _live_generation(self, settings: StoreSettings) -> str:
+        """The index generation readers query now (``legacy`` before any re-embed); one that stores
+        other fields than this engine's definition is refused (it would be read and written wrong)."""
+        from ragbot.stores.generations import build_generations
+
+        generations = build_generations(settings)
+        try:
+            live = await generations.live()
+        finally:
+            await generations.close()
+        if live.definition is not None:
+            stored = parse_definition(dict(live.definition), origin=f"generation {live.generation_id}")
+            if stored_form(stored) != stored_form(self.definition):
+                raise ConfigurationError(
+                    f"the live index generation {live.generation_id} stores other fields or models than "
+                    "this Engine's definition; pass the live generation's definition or re-embed"
+                )
+        return live.generation_id
 
     # -- kolzchut-ragbot's API -------------------------------------------------------------------------
 
