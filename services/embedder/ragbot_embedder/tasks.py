@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragbot.errors import DependencyUnavailable, NotFound, PagesFailed, SourceError, is_retryable
 from ragbot.messaging.queue import TaskSender, task_request_id
-from ragbot.messaging.reembed import finish_reembed
+from ragbot.messaging.reembed import finish_reembed, queue_drop
 from ragbot.messaging.reindex import refresh_parent
 from ragbot.observability.logging import request_id_scope
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
@@ -250,10 +250,13 @@ class TaskRunner:
         )
         if retired is None:
             return
-        drop = DropGeneration(job_id=f"{record.job_id}-drop", generation=retired)
-        await rt.ctx.jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
-        delay = self.settings.reembed_drop_after_s
-        await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=delay)
+        await queue_drop(
+            jobs=rt.ctx.jobs,
+            sender=sender,
+            job_id=record.job_id,
+            generation=retired,
+            delay_s=self.settings.reembed_drop_after_s,
+        )
 
     def _fail(self, rt: Runtime, *, job_id: str | None, exc: BaseException, attempts: int) -> str:
         reason = failure_reason(exc)

@@ -241,11 +241,21 @@ async def _switch_empty(
         payload={**parent.payload, "switched_at": datetime.now(UTC).isoformat()},
         progress={"total": 0, "done": 0, "failed": 0, "batches": 0, "built": 1},
     )
-    drop = DropGeneration(job_id=f"{parent.job_id}-drop", generation=state.source)
-    await jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
-    await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=drop_after_s)
+    await queue_drop(
+        jobs=jobs, sender=sender, job_id=parent.job_id, generation=state.source, delay_s=drop_after_s
+    )
     logger.info("re-embed of an empty index switched at once", extra={"to": state.target})
     return ReembedStarted(job=record, source=state.source, target=state.target, pages=0)
+
+
+async def queue_drop(
+    *, jobs: JobStore, sender: CommandSender, job_id: str, generation: str, delay_s: float
+) -> DropGeneration:
+    """Record and send the drop of ``generation`` (job ``<job_id>-drop``), not before ``delay_s``."""
+    drop = DropGeneration(job_id=f"{job_id}-drop", generation=generation)
+    await jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
+    await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=delay_s)
+    return drop
 
 
 async def _queue_batch(
@@ -359,9 +369,9 @@ async def abort_reembed(
             detail=f"generation {state.target} is dropped; {state.source} stays live",
             payload={**parent.payload, "aborted_at": datetime.now(UTC).isoformat()},
         )
-    drop = DropGeneration(job_id=f"{state.job_id}-drop", generation=state.target)
-    await jobs.create(kind=JobKind.drop_generation, job_id=drop.job_id, payload=drop.model_dump())
-    await sender.send(task=DROP_GENERATION_TASK, message=drop, countdown=drop_after_s)
+    await queue_drop(
+        jobs=jobs, sender=sender, job_id=state.job_id, generation=state.target, delay_s=drop_after_s
+    )
     logger.warning(
         "re-embed aborted",
         extra={"job_id": state.job_id, "target": state.target, "source": state.source, "reason": reason},
