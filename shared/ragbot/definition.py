@@ -24,14 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ragbot.errors import ConfigurationError
 from ragbot.text.language import ANY_LANGUAGE
 
+T = TypeVar("T")
 FIELD_TYPES = frozenset({"text", "keyword", "integer", "long", "float", "date", "boolean"})
 VECTOR_SUFFIX = "_vectors"
 # Fields ragbot itself stores on every paragraph, whatever the definition says.
@@ -188,7 +189,9 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
                     f"{origin}: models.{model} embeds {embedded!r}, which is not a text field"
                 )
         models[model] = tuple(dict.fromkeys(names))
-        per_field = _field_languages(declared, models[model], origin=f"{origin}: models.{model}.languages")
+        per_field = _per_field(
+            declared, models[model], origin=f"{origin}: models.{model}.languages", parse=_language_list
+        )
         for field_name in models[model]:
             name = VectorField(model, field_name).name
             if field_name in per_field:
@@ -196,8 +199,8 @@ def parse_definition(raw: Any, *, origin: str = "definition") -> DocumentDefinit
                 stated.add(name)
             else:
                 languages[name] = default_languages(model)
-        per_field_weight = _field_weights(
-            declared_weights, models[model], origin=f"{origin}: models.{model}.weights"
+        per_field_weight = _per_field(
+            declared_weights, models[model], origin=f"{origin}: models.{model}.weights", parse=_weight
         )
         for field_name, w in per_field_weight.items():
             if w != 1.0:
@@ -234,19 +237,6 @@ def _weight(value: Any, *, origin: str) -> float:
     return float(value)
 
 
-def _field_weights(declared: Any, fields: tuple[str, ...], *, origin: str) -> dict[str, float]:
-    """The stated fusion weights per field: one number for all of the model's fields, or an object."""
-    if declared is None:
-        return {}
-    if isinstance(declared, dict):
-        unknown = set(declared) - set(fields)
-        if unknown:
-            raise ConfigurationError(f"{origin} names field(s) {sorted(unknown)} the model does not embed")
-        return {f: _weight(v, origin=f"{origin}.{f}") for f, v in declared.items()}
-    w = _weight(declared, origin=origin)
-    return dict.fromkeys(fields, w)
-
-
 def _language_list(value: Any, *, origin: str) -> tuple[str, ...]:
     if (
         not isinstance(value, list | tuple)
@@ -257,17 +247,20 @@ def _language_list(value: Any, *, origin: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v.strip().lower() for v in value))
 
 
-def _field_languages(declared: Any, fields: tuple[str, ...], *, origin: str) -> dict[str, tuple[str, ...]]:
-    """The stated languages per field: one list for all of the model's fields, or an object per field."""
+def _per_field(
+    declared: Any, fields: tuple[str, ...], *, origin: str, parse: Callable[..., T]
+) -> dict[str, T]:
+    """A stated per-field option (languages, weights): one value for all of the model's fields, or an
+    object of field: value; each value read by ``parse(value, origin=...)``. Empty when not stated."""
     if declared is None:
         return {}
     if isinstance(declared, dict):
         unknown = set(declared) - set(fields)
         if unknown:
             raise ConfigurationError(f"{origin} names field(s) {sorted(unknown)} the model does not embed")
-        return {f: _language_list(v, origin=f"{origin}.{f}") for f, v in declared.items()}
-    langs = _language_list(declared, origin=origin)
-    return dict.fromkeys(fields, langs)
+        return {f: parse(v, origin=f"{origin}.{f}") for f, v in declared.items()}
+    value = parse(declared, origin=origin)
+    return dict.fromkeys(fields, value)
 
 
 def load_definition(path: Path) -> DocumentDefinition:

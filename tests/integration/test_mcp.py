@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-import redis
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from support.auth import KEYS, auth_settings, chat_app
 from support.chat_fakes import ScriptedLLM, serve_app
 from support.chat_stack import ChatServer, chat_server
+from support.processes import delete_redis_prefix
 
 from ragbot.ports import ChatMessage
 from ragbot.settings import clear_settings_caches
@@ -184,13 +184,7 @@ def test_tool_calls_count_against_the_callers_rate_limits(
             results = asyncio.run(calls(running.url))
     finally:
         clear_settings_caches()
-        client = redis.Redis.from_url(redis_url)
-        try:
-            keys = list(client.scan_iter(f"{prefix}:*"))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_redis_prefix(redis_url, prefix)
     assert [error for error, _ in results] == [False, False, True, False, True], results
     for _, text in (results[2], results[4]):
         assert "rate limit of" in text and "retry in" in text

@@ -28,6 +28,7 @@ from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import queue_keys
 from ragbot.messaging.reembed import (
+    ReembedStarted,
     ReembedState,
     ReembedStates,
     abort_reembed,
@@ -38,7 +39,7 @@ from ragbot.messaging.reembed import (
 )
 from ragbot.messaging.reindex import refresh_parent
 from ragbot.observability.metrics import worker_metrics
-from ragbot.ports import Embedder
+from ragbot.ports import Embedder, Generation
 from ragbot.schemas.jobs import JobKind, JobState
 from ragbot.schemas.messages import DROP_GENERATION_TASK, DeletePage, DropGeneration, IndexPage, IndexPages
 from ragbot.schemas.pages import Page
@@ -138,18 +139,18 @@ async def ping(world: World, page_id: int) -> None:
         await service.index_page(ctx=ctx, command=command)
 
 
-async def test_a_reembed_builds_the_target_keeps_both_fresh_then_switches_and_drops(world: World) -> None:
-    for page_id in range(1, 8):
-        await ping(world, page_id)
-    [live_ctx] = await world.workers.contexts(generation=None)
-    assert live_ctx.definition == OLD and len(await live_ctx.store.list_pages()) == 7
-
-    new_models = embedders_for(NEW)
-    target = generation_of(
-        NEW, dimensions={v.name: new_models[v.model].dimension for v in NEW.vector_fields}, split=SPLIT
+def new_target() -> Generation:
+    """The generation NEW makes with its models' dimensions."""
+    models = embedders_for(NEW)
+    return generation_of(
+        NEW, dimensions={v.name: models[v.model].dimension for v in NEW.vector_fields}, split=SPLIT
     )
-    sender = FakeSender()
-    started = await start_reembed(
+
+
+async def start(world: World, sender: FakeSender, target: Generation, **options: Any) -> ReembedStarted:
+    """``start_reembed`` from the live generation into ``target``, batches of 3 pages."""
+    live_ctx = (await world.workers.contexts(generation=None))[0]  # the live one comes first
+    return await start_reembed(
         target=target,
         generations=world.workers.generations,
         source_store=live_ctx.store,
@@ -158,20 +159,23 @@ async def test_a_reembed_builds_the_target_keeps_both_fresh_then_switches_and_dr
         sender=cast(Any, sender),
         callback_url=CALLBACK,
         batch_pages=3,
+        **options,
     )
+
+
+async def test_a_reembed_builds_the_target_keeps_both_fresh_then_switches_and_drops(world: World) -> None:
+    for page_id in range(1, 8):
+        await ping(world, page_id)
+    [live_ctx] = await world.workers.contexts(generation=None)
+    assert live_ctx.definition == OLD and len(await live_ctx.store.list_pages()) == 7
+
+    target = new_target()
+    sender = FakeSender()
+    started = await start(world, sender, target)
     assert (started.source, started.target, started.pages) == (LEGACY, target.generation_id, 7)
     assert len(sender.sent) == 3
     with pytest.raises(Exception, match="still building"):  # one build at a time
-        await start_reembed(
-            target=target,
-            generations=world.workers.generations,
-            source_store=live_ctx.store,
-            states=world.states,
-            jobs=world.jobs,
-            sender=cast(Any, sender),
-            callback_url=CALLBACK,
-            batch_pages=3,
-        )
+        await start(world, sender, target)
 
     # While building, a ping goes to both generations; a delete leaves both.
     both = await world.workers.contexts(generation=None)
@@ -243,21 +247,9 @@ async def test_an_aborted_reembed_skips_its_batches_fails_its_job_and_drops_only
     for page_id in range(1, 8):
         await ping(world, page_id)
     [live_ctx] = await world.workers.contexts(generation=None)
-    new_models = embedders_for(NEW)
-    target = generation_of(
-        NEW, dimensions={v.name: new_models[v.model].dimension for v in NEW.vector_fields}, split=SPLIT
-    )
+    target = new_target()
     sender = FakeSender()
-    started = await start_reembed(
-        target=target,
-        generations=world.workers.generations,
-        source_store=live_ctx.store,
-        states=world.states,
-        jobs=world.jobs,
-        sender=cast(Any, sender),
-        callback_url=CALLBACK,
-        batch_pages=3,
-    )
+    started = await start(world, sender, target)
     first = sender.sent[0][1]
     assert isinstance(first, IndexPages)
     [ctx] = await world.workers.batch_contexts(generation=target.generation_id)  # building: written
@@ -369,22 +361,9 @@ async def test_a_reembed_of_an_empty_index_switches_at_once_and_drops_the_old_ge
 ) -> None:
     [live_ctx] = await world.workers.contexts(generation=None)
     assert await live_ctx.store.list_pages() == []
-    new_models = embedders_for(NEW)
-    target = generation_of(
-        NEW, dimensions={v.name: new_models[v.model].dimension for v in NEW.vector_fields}, split=SPLIT
-    )
+    target = new_target()
     sender = FakeSender()
-    started = await start_reembed(
-        target=target,
-        generations=world.workers.generations,
-        source_store=live_ctx.store,
-        states=world.states,
-        jobs=world.jobs,
-        sender=cast(Any, sender),
-        callback_url=CALLBACK,
-        batch_pages=3,
-        drop_after_s=7.0,
-    )
+    started = await start(world, sender, target, drop_after_s=7.0)
     assert started.pages == 0 and started.job.state is JobState.done
     assert (await world.workers.generations.live()).generation_id == target.generation_id
     assert await world.states.get() is None
