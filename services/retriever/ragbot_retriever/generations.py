@@ -16,13 +16,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from ragbot.definition import DocumentDefinition, parse_definition, stored_form
+from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.errors import RagbotError
 from ragbot.observability.metrics import retrieval_metrics
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.settings import StoreSettings
-from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation
+from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation, stores_what
 from ragbot_retriever.deps import Resources
 
 logger = logging.getLogger(__name__)
@@ -43,10 +43,9 @@ class Serving:
 def definition_for(generation: Generation, configured: DocumentDefinition) -> DocumentDefinition:
     """The definition to query a generation with: the file's when the generation stores what the file
     says (its languages and weights then steer fusion) or was made before generations, else its own."""
-    if generation.definition is None:
+    if generation.definition is None or stores_what(generation, configured):
         return configured
-    own = parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
-    return configured if stored_form(own) == stored_form(configured) else own
+    return parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
 
 
 async def live_or_legacy(generations: Generations) -> Generation:

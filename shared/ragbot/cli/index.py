@@ -7,11 +7,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ragbot.ports import Generation
-    from ragbot.settings import StoreSettings
+from typing import Any
 
 logger = logging.getLogger("ragbot.cli.main")
 
@@ -73,26 +69,15 @@ def _dry_run(args: argparse.Namespace) -> int:
     return 1 if plan.failed else 0
 
 
-async def _live_generation(settings: StoreSettings) -> Generation:
-    """The generation readers query now (``legacy`` before any re-embed), to write into it."""
-    from ragbot.stores.generations import build_generations
-
-    generations = build_generations(settings)
-    try:
-        return await generations.live()
-    finally:
-        await generations.close()
-
-
 async def _index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ragbot.definition import load_definition, parse_definition, stored_form
+    from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders
     from ragbot.indexing.folder import index_folder
     from ragbot.settings import get_model_settings, get_store_settings, get_worker_settings
     from ragbot.stores import build_store
-    from ragbot.stores.generations import settings_for
+    from ragbot.stores.generations import read_live, settings_for, stores_what
 
     model_settings = get_model_settings()
     definition = load_definition(args.definition or model_settings.document_definition)
@@ -106,9 +91,8 @@ async def _index(args: argparse.Namespace) -> int:
         if getattr(args, option) is not None:
             updates[name] = getattr(args, option)
     store_settings = get_store_settings().model_copy(update=updates)
-    live = await _live_generation(store_settings)
-    stored = parse_definition(dict(live.definition)) if live.definition is not None else definition
-    if stored_form(stored) != stored_form(definition):
+    live = await read_live(store_settings)
+    if not stores_what(live, definition):
         sys.stderr.write(
             f"ragbot index: the live index generation {live.generation_id} stores other fields or "
             "models than the definition file; run `ragbot reembed` first, or give --definition with "

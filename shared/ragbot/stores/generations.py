@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragbot.definition import DocumentDefinition, parse_definition
+from ragbot.definition import DocumentDefinition, parse_definition, stored_form
 from ragbot.errors import ConfigurationError
 from ragbot.ports import Generation, Generations, SearchStore
 from ragbot.settings import StoreSettings
@@ -66,6 +66,24 @@ def build_generations(settings: StoreSettings) -> Generations:
     from ragbot.stores.embedded.generations import EmbeddedGenerations
 
     return EmbeddedGenerations(path=settings.embedded_path)
+
+
+async def read_live(settings: StoreSettings) -> Generation:
+    """The generation readers query now (``LEGACY`` before any re-embed), its pointer closed after."""
+    generations = build_generations(settings)
+    try:
+        return await generations.live()
+    finally:
+        await generations.close()
+
+
+def stores_what(generation: Generation, definition: DocumentDefinition) -> bool:
+    """True when ``generation`` stores the fields and models ``definition`` says (languages and weights
+    aside), or was made before generations recorded a definition."""
+    if generation.definition is None:
+        return True
+    own = parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
+    return stored_form(own) == stored_form(definition)
 
 
 @dataclass(frozen=True, slots=True)

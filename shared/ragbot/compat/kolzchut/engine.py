@@ -11,7 +11,7 @@ from typing import Any
 
 from ragbot.compat.kolzchut.loop import LoopThread
 from ragbot.compat.kolzchut.writes import update_page
-from ragbot.definition import DocumentDefinition, load_definition, parse_definition, stored_form
+from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.errors import ConfigurationError, ValidationFailed
 from ragbot.indexing.pipeline import IndexingPipeline
 from ragbot.ports import Embedder, Reranker, SearchHit, SearchStore
@@ -187,20 +187,14 @@ class Engine:
     async def _live_generation(self, settings: StoreSettings) -> str:
         """The index generation readers query now (``legacy`` before any re-embed); one that stores
         other fields than this engine's definition is refused (it would be read and written wrong)."""
-        from ragbot.stores.generations import build_generations
+        from ragbot.stores.generations import read_live, stores_what
 
-        generations = build_generations(settings)
-        try:
-            live = await generations.live()
-        finally:
-            await generations.close()
-        if live.definition is not None:
-            stored = parse_definition(dict(live.definition), origin=f"generation {live.generation_id}")
-            if stored_form(stored) != stored_form(self.definition):
-                raise ConfigurationError(
-                    f"the live index generation {live.generation_id} stores other fields or models than "
-                    "this Engine's definition; pass the live generation's definition or re-embed"
-                )
+        live = await read_live(settings)
+        if not stores_what(live, self.definition):
+            raise ConfigurationError(
+                f"the live index generation {live.generation_id} stores other fields or models than "
+                "this Engine's definition; pass the live generation's definition or re-embed"
+            )
         return live.generation_id
 
     # -- kolzchut-ragbot's API -------------------------------------------------------------------------
