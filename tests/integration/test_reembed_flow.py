@@ -284,16 +284,7 @@ async def test_an_aborted_reembed_skips_its_batches_fails_its_job_and_drops_only
 
     with pytest.raises(ValidationFailed, match="nothing to abort"):
         await abort_reembed(states=world.states, jobs=world.jobs, sender=cast(Any, sender), drop_after_s=5.0)
-    again = await start_reembed(  # the mark is free: a new build may start
-        target=target,
-        generations=world.workers.generations,
-        source_store=live_ctx.store,
-        states=world.states,
-        jobs=world.jobs,
-        sender=cast(Any, sender),
-        callback_url=CALLBACK,
-        batch_pages=3,
-    )
+    again = await start(world, sender, target)  # the mark is free: a new build may start
     assert again.pages == 7 and again.job.job_id != started.job.job_id
     # A delayed drop of the aborted build must not delete this one (same definition, same id).
     assert await world.workers.drop_contexts(generation=target.generation_id) == []
