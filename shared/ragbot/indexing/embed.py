@@ -15,6 +15,9 @@ distinct texts of all of them together per (model, field) (``embed_prepared``), 
 pages fills the model's batches as well as one long page does. ``group_by_size`` cuts a long list of pages
 into groups of at most N paragraphs, which bounds memory and the time until the first write.
 
+A field embeds only the texts in a language its model serves (``ragbot.indexing.languages``): the
+English-only MiniLM gets no Hebrew paragraph, which routing would never search with it.
+
 Contextual retrieval (``ragbot.indexing.contextual``) hands ``embed_prepared`` a context per doc id; it is
 prepended to the ``content`` text that is embedded, never to the stored text.
 """
@@ -29,6 +32,7 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition
 from ragbot.errors import ConfigurationError, EmbeddingError
+from ragbot.indexing.languages import LanguageFilter
 from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, LinkTargets, ParagraphText, Strategy, split_page
 from ragbot.inference.memory import release_memory
 from ragbot.ports import Embedder, StoredParagraph, Vector
@@ -168,6 +172,7 @@ def embed_prepared(
     chosen = [(sp, None if select is None else select(sp)) for group in groups for sp in group]
     if not chosen:
         return
+    languages = LanguageFilter(definition)
     for vector_field in definition.vector_fields:
         stored = [sp for sp, names in chosen if names is None or vector_field.name in names]
         if not stored:
@@ -178,10 +183,12 @@ def embed_prepared(
                 f"{contexts[sp.doc_id]}\n\n{text}" if text.strip() and contexts.get(sp.doc_id) else text
                 for sp, text in zip(stored, texts, strict=True)
             ]
-        vectors = embed_distinct(embedders[vector_field.model], texts)
+        vectors = embed_distinct(embedders[vector_field.model], languages.kept(vector_field, texts))
         for sp, vector in zip(stored, vectors, strict=True):
             if vector is not None:
                 sp.vectors[vector_field.name] = vector
+            else:  # a blank text, or one this field does not serve: no vector, not a stale one
+                sp.vectors.pop(vector_field.name, None)
 
 
 def group_by_size(sizes: Sequence[int], *, max_items: int) -> list[list[int]]:
