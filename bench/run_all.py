@@ -64,6 +64,7 @@ def commands(data: Path | None) -> dict[str, list[str]]:
             blend = ROOT / "bench" / "results" / "rerank_blend_scifact_train.json"
             retriever += [*serving, "--rerank-weight-from", str(blend)]
         out["retriever"] = retriever
+        out["hebrew_fusion_variants"] = [py, "bench/hebrew_fusion_variants.py"]
         out["hebrew_analyzer"] = [
             py,
             "bench/hebrew_analyzer.py",
