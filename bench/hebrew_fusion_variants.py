@@ -3,8 +3,8 @@
 The HeQ target (``heq_ndcg10_default`` >= 0.975) is not met. This bench asks whether another way of
 fusing the same branch lists would meet it. It indexes each set once with the shipped definition
 (``config/definition.json``), the retriever's defaults and language routing, vectors cached in
-``var/eval-cache``, as ``bench/hebrew_quality.py`` does. It runs every judged query through the
-retrieval engine once and keeps each branch's candidates. Then it re-fuses those lists in several
+``var/eval-cache`` (``bench/hebrew_quality.py``'s ``shipped_setup``). It runs every judged query
+through the retrieval engine once and keeps each branch's candidates. Then it re-fuses those lists in several
 ways and scores each by nDCG@10 over pages, the way ``ragbot eval`` does:
 
 - ``minmax``: what the retriever ships (``ragbot.retrieval.fusion.fuse_scores``);
@@ -20,12 +20,10 @@ It also prints where the gold page of each HeQ question lands under the shipped 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import statistics
 import sys
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from hebrew_quality import SETS, data_dir  # noqa: E402
+from hebrew_quality import SETS, data_dir, shipped_setup  # noqa: E402
 
 Normaliser = Callable[[Sequence[float]], list[float]]
 # One query's branches: name -> (weight, [(paragraph id, page id, raw score), ...] best first).
@@ -86,56 +84,36 @@ def ndcg10(ranked: Sequence[str], relevant: dict[str, int]) -> float:
 
 async def candidates(folder: Path) -> tuple[dict[str, Branches], dict[int, str], dict[str, dict[str, int]]]:
     """Every judged query's branch lists under the shipped definition and defaults."""
-    from ragbot.definition import load_definition
-    from ragbot.embedders import build_embedders
-    from ragbot.evaluation import EvalConfig, VectorCache, eval_definition, load_beir
+    from ragbot.evaluation import EvalConfig
     from ragbot.evaluation.data import page_ids
     from ragbot.evaluation.run import index_dataset
-    from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-    from ragbot.settings import ModelSettings, RetrieverSettings, StoreSettings, WorkerSettings
-    from ragbot.stores import build_store
+    from ragbot.retrieval import RetrievalEngine
 
-    dataset = load_beir(folder, split="test")
-    definition = eval_definition(load_definition(ROOT / "config" / "definition.json"))
-    raw = build_embedders(settings=ModelSettings(models_location=None), definition=definition)
     cache = ROOT / "var" / "eval-cache"
     cache.mkdir(parents=True, exist_ok=True)
-    caches = {name: VectorCache(e, folder=cache) for name, e in raw.items()}
-    for embedder in caches.values():
-        await asyncio.to_thread(embedder.warm_up)
-    defaults = dataclasses.replace(
-        RetrievalDefaults.from_settings(RetrieverSettings()), rerank=False, language_routing=True
-    )
-    worker = WorkerSettings()
     runs: dict[str, Branches] = {}
-    with tempfile.TemporaryDirectory(prefix="ragbot-bench-variants-") as tmp:
-        settings = StoreSettings(backend="embedded", embedded_path=Path(tmp) / "eval.sqlite3")
-        dimensions = {v.name: caches[v.model].dimension for v in definition.vector_fields}
-        store = build_store(settings=settings, definition=definition, dimensions=dimensions)
-        await store.ensure_ready()
-        try:
-            await index_dataset(
-                dataset,
-                store=store,
-                definition=definition,
-                embedders=caches,
-                max_tokens=worker.paragraph_tokens,
-                link_targets=worker.link_targets,
-            )
-            engine = RetrievalEngine(store=store, embedders=caches, definition=definition, defaults=defaults)
-            config = EvalConfig("default", None, rerank=None)
-            for qid, text in dataset.queries.items():
-                if qid not in dataset.qrels:
-                    continue
-                result = await engine.run(config.request(text, retrieval_size=100, pages=10))
-                runs[qid] = {
-                    b.name: (b.weight, [(h.doc_id, h.page_id, h.score) for h in result.candidates[b.name]])
-                    for b in result.branches
-                }
-        finally:
-            for c in caches.values():
-                c.flush()
-            await store.close()
+    async with shipped_setup(folder, cache=cache, prefix="ragbot-bench-variants-") as setup:
+        dataset = setup.dataset
+        await index_dataset(
+            dataset,
+            store=setup.store,
+            definition=setup.definition,
+            embedders=setup.embedders,
+            max_tokens=setup.worker.paragraph_tokens,
+            link_targets=setup.worker.link_targets,
+        )
+        engine = RetrievalEngine(
+            store=setup.store, embedders=setup.embedders, definition=setup.definition, defaults=setup.defaults
+        )
+        config = EvalConfig("default", None, rerank=None)
+        for qid, text in dataset.queries.items():
+            if qid not in dataset.qrels:
+                continue
+            result = await engine.run(config.request(text, retrieval_size=100, pages=10))
+            runs[qid] = {
+                b.name: (b.weight, [(h.doc_id, h.page_id, h.score) for h in result.candidates[b.name]])
+                for b in result.branches
+            }
     return runs, page_ids(dataset), dataset.qrels
 
 

@@ -13,11 +13,13 @@ set only (SciFact's 5,183 abstracts take the longest to embed the first time).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,27 @@ def data_dir() -> Path | None:
     return candidate if (candidate / "beir").is_dir() else None
 
 
-async def ndcg_default(folder: Path, *, cache: Path, max_queries: int | None = None) -> dict[str, float]:
-    """nDCG@10 of the default configuration with routing on and off, on one index of ``folder``."""
+@dataclasses.dataclass(slots=True)
+class ShippedSetup:
+    """One BEIR set with the shipped definition: its cached embedders, the retriever's defaults and a
+    temporary embedded store (empty until indexed)."""
+
+    dataset: Any
+    definition: Any
+    embedders: dict[str, Any]
+    defaults: Any
+    worker: Any
+    store: Any
+
+
+@contextlib.asynccontextmanager
+async def shipped_setup(
+    folder: Path, *, cache: Path, max_queries: int | None = None, prefix: str = "ragbot-bench-hebrew-"
+) -> AsyncIterator[ShippedSetup]:
+    """The shipped definition, defaults (routing on, no reranker) and a fresh store for ``folder``."""
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders
-    from ragbot.evaluation import EvalConfig, VectorCache, eval_definition, evaluate, load_beir
+    from ragbot.evaluation import VectorCache, eval_definition, load_beir
     from ragbot.retrieval import RetrievalDefaults
     from ragbot.settings import ModelSettings, RetrieverSettings, StoreSettings, WorkerSettings
     from ragbot.stores import build_store
@@ -50,34 +68,41 @@ async def ndcg_default(folder: Path, *, cache: Path, max_queries: int | None = N
     defaults = dataclasses.replace(
         RetrievalDefaults.from_settings(RetrieverSettings()), rerank=False, language_routing=True
     )
-    worker = WorkerSettings()
-    figures: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="ragbot-bench-hebrew-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         settings = StoreSettings(backend="embedded", embedded_path=Path(tmp) / "eval.sqlite3")
         dimensions = {v.name: caches[v.model].dimension for v in definition.vector_fields}
         store = build_store(settings=settings, definition=definition, dimensions=dimensions)
         await store.ensure_ready()
         try:
-            for routing, key in ((True, "ndcg10"), (False, "ndcg10_no_routing")):
-                started = time.perf_counter()
-                report = await evaluate(
-                    dataset,
-                    store=store,
-                    definition=definition,
-                    embedders=caches,
-                    defaults=dataclasses.replace(defaults, language_routing=routing),
-                    configs=[EvalConfig("default", None, rerank=None)],
-                    max_tokens=worker.paragraph_tokens,
-                    link_targets=worker.link_targets,
-                    reindex=routing,  # the second pass searches the same index
-                )
-                figures[key] = round(report.results[0].metrics["ndcg@10"], 4)
-                figures[f"{key}_s"] = round(time.perf_counter() - started, 1)
-            figures["queries"] = len(dataset.queries)
+            yield ShippedSetup(dataset, definition, dict(caches), defaults, WorkerSettings(), store)
         finally:
             for c in caches.values():
                 c.flush()
             await store.close()
+
+
+async def ndcg_default(folder: Path, *, cache: Path, max_queries: int | None = None) -> dict[str, float]:
+    """nDCG@10 of the default configuration with routing on and off, on one index of ``folder``."""
+    from ragbot.evaluation import EvalConfig, evaluate
+
+    figures: dict[str, float] = {}
+    async with shipped_setup(folder, cache=cache, max_queries=max_queries) as setup:
+        for routing, key in ((True, "ndcg10"), (False, "ndcg10_no_routing")):
+            started = time.perf_counter()
+            report = await evaluate(
+                setup.dataset,
+                store=setup.store,
+                definition=setup.definition,
+                embedders=setup.embedders,
+                defaults=dataclasses.replace(setup.defaults, language_routing=routing),
+                configs=[EvalConfig("default", None, rerank=None)],
+                max_tokens=setup.worker.paragraph_tokens,
+                link_targets=setup.worker.link_targets,
+                reindex=routing,  # the second pass searches the same index
+            )
+            figures[key] = round(report.results[0].metrics["ndcg@10"], 4)
+            figures[f"{key}_s"] = round(time.perf_counter() - started, 1)
+        figures["queries"] = len(setup.dataset.queries)
     return figures
 
 
