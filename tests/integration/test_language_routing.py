@@ -106,16 +106,18 @@ def paragraphs(definition: DocumentDefinition, embedders: dict[str, Embedder]) -
     return pages
 
 
-@pytest.fixture(params=["embedded", "elasticsearch"])
-async def store(
+async def open_store(
+    backend: str,
     request: pytest.FixtureRequest,
     tmp_path: Path,
     definition: DocumentDefinition,
     embedders: dict[str, Embedder],
-) -> AsyncIterator[SearchStore]:
-    """A fresh store holding the bilingual pages: a temp SQLite file, or a uuid prefix on the real ES."""
-    if request.param == "embedded":
-        settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "routing.sqlite3")
+) -> SearchStore:
+    """An empty, ready store: a temp SQLite file, or a uuid prefix on the real Elasticsearch."""
+    if backend == "embedded":
+        settings = StoreSettings(
+            backend="embedded", embedded_path=tmp_path / f"routing-{uuid.uuid4().hex[:8]}.sqlite3"
+        )
     else:
         settings = StoreSettings(
             backend="elasticsearch",
@@ -124,8 +126,20 @@ async def store(
             vector_search="exact",
         )
     dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
-    opened = build_store(settings=settings, definition=definition, dimensions=dimensions)
-    await opened.ensure_ready()
+    store = build_store(settings=settings, definition=definition, dimensions=dimensions)
+    await store.ensure_ready()
+    return store
+
+
+@pytest.fixture(params=["embedded", "elasticsearch"])
+async def store(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    definition: DocumentDefinition,
+    embedders: dict[str, Embedder],
+) -> AsyncIterator[SearchStore]:
+    """A fresh store holding the bilingual pages: a temp SQLite file, or a uuid prefix on the real ES."""
+    opened = await open_store(request.param, request, tmp_path, definition, embedders)
     try:
         for page in paragraphs(definition, embedders):
             await opened.replace_page(page_id=page[0].page_id, revision_id=1, paragraphs=page)
@@ -208,18 +222,7 @@ async def test_pages_indexed_through_the_pipeline_give_minilm_only_their_english
 ) -> None:
     """The indexing pipeline embeds a Hebrew page with e5 only; both stores then search it without MiniLM."""
     for backend in ("embedded", "elasticsearch"):
-        if backend == "embedded":
-            settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "pipeline.sqlite3")
-        else:
-            settings = StoreSettings(
-                backend="elasticsearch",
-                es_url=request.getfixturevalue("es_url"),
-                es_index_prefix=f"test_routing_pipe_{uuid.uuid4().hex[:12]}",
-                vector_search="exact",
-            )
-        dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
-        store = build_store(settings=settings, definition=definition, dimensions=dimensions)
-        await store.ensure_ready()
+        store = await open_store(backend, request, tmp_path, definition, embedders)
         try:
             pages = [
                 Page.from_wiki_content(
