@@ -120,7 +120,7 @@ def test_required_secrets_are_required_and_have_no_default() -> None:
 
 def test_build_contexts_and_dockerfiles_exist(services: dict[str, dict[str, Any]]) -> None:
     built = {name: s["build"] for name, s in services.items() if "build" in s}
-    assert {"es-init", "ingest", "embedder", "embedder-gpu", "retriever", "chat"} <= set(built)
+    assert {"ingest", "embedder", "embedder-gpu", "retriever", "chat"} <= set(built)
     for name, build in built.items():
         context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
         assert context.is_dir(), f"{name}: build context {context} does not exist"

@@ -240,3 +240,15 @@ def test_every_ragbot_variable_the_chart_sets_is_a_setting(keda_gpu: list[dict[s
     for pod in [d for d in [*keda_gpu, *custom] if d["kind"] in ("Deployment", "Job")]:
         unknown = {n for n in env_of(pod) if n.startswith("RAGBOT_") and n not in known}
         assert not unknown, f"{pod['metadata']['name']} sets variables no settings class reads: {unknown}"
+
+
+def test_each_pod_runs_its_roles_image(default: list[dict[str, Any]]) -> None:
+    images = {
+        pod["metadata"]["name"]: container(pod)["image"]
+        for pod in default
+        if pod["kind"] in ("Deployment", "Job")
+    }
+    assert len(images) == 5
+    for name, image in images.items():
+        role = next((r for r in ("ingest", "embedder", "retriever", "chat") if name.endswith(r)), "ingest")
+        assert image.startswith(f"ragbot-{role}:"), (name, image)

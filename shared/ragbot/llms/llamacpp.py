@@ -89,7 +89,8 @@ def packaged_model_path() -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:
         raise ConfigurationError(
-            f"package {PACKAGED_MODEL_PACKAGE!r} is not installed; set RAGBOT_CHAT_LLAMACPP_MODEL_PATH"
+            f"package {PACKAGED_MODEL_PACKAGE!r} is not installed (ragbot-chat[embedded-llm]); "
+            "set RAGBOT_CHAT_LLAMACPP_MODEL_PATH"
         )
     return Path(locations[0]) / PACKAGED_MODEL_FILE
 
@@ -144,7 +145,14 @@ class LlamaCppChatModel:
         with self._lock:
             if self._server is not None:
                 return
-            import xllamacpp
+            try:
+                import xllamacpp
+            except ImportError:
+                raise ConfigurationError(
+                    "the embedded LLM (xllamacpp) is not installed: install ragbot-chat[embedded-llm] "
+                    "(images: build with CHAT_EXTRAS=embedded-llm) or set RAGBOT_CHAT_LLM_BACKEND to "
+                    "ollama or openai"
+                ) from None
 
             path = self.model_path or packaged_model_path()
             if not path.is_file():

@@ -21,8 +21,10 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
+{{- /* The image of one role: (list $root "ingest") gives <repository>-ingest:<tag> (deploy/Dockerfile). */ -}}
 {{- define "ragbot.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $root := index . 0 -}}
+{{ $root.Values.image.repository }}-{{ index . 1 }}:{{ $root.Values.image.tag | default $root.Chart.AppVersion }}
 {{- end -}}
 
 {{- define "ragbot.secretEnv" -}}
