@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
 export REDIS_PORT ES_PORT
 
-.PHONY: help setup deps run test test-unit lint format openapi bench up up-cluster down services-up services-down \
+.PHONY: help setup deps run test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
 
 help: ## list the targets
@@ -37,6 +37,9 @@ test: setup deps ## start real Redis + Elasticsearch, run every test, stop what 
 	bash scripts/services.sh up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
 		$(UV) run pytest $(PYTEST_ARGS)
+
+test-compose: setup ## boot compose.yaml in Docker (local images, host network), smoke-test it, remove what it built
+	$(UV) run python scripts/compose_stack.py all
 
 test-unit: setup ## the fast tests: no services needed
 	$(UV) run pytest tests/unit $(PYTEST_ARGS)

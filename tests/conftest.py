@@ -18,6 +18,9 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # Apps under test count no rate limits unless a test gives them a limiter (tests/unit/test_rate_limits.py).
 os.environ.setdefault("RAGBOT_RATE_LIMIT_ENABLED", "false")
 
+# tests/compose drives the Docker stack that `make test-compose` boots; `make test` does not collect it.
+collect_ignore_glob = [] if os.environ.get("RAGBOT_TEST_COMPOSE") == "1" else ["compose/*"]
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 DEFAULT_ES_URL = "http://127.0.0.1:9250"
 _HOW_TO_START = "`make test` starts it; by hand: `bash scripts/services.sh up`"

@@ -250,5 +250,5 @@ def test_each_pod_runs_its_roles_image(default: list[dict[str, Any]]) -> None:
     }
     assert len(images) == 5
     for name, image in images.items():
-        role = next((r for r in ("ingest", "embedder", "retriever", "chat") if name.endswith(r)), "ingest")
+        role = next((r for r in ("ingest", "embedder", "retriever", "chat") if name.endswith(r)), "embedder")
         assert image.startswith(f"ragbot-{role}:"), (name, image)

@@ -80,5 +80,5 @@ def test_each_role_has_its_own_image_built_for_its_package() -> None:
         assert args["HEALTH_PORT"] == str(port)
         assert service["command"] == ["python", "-m", f"ragbot_{role}"]
     assert services["embedder-gpu"]["image"] == services["embedder"]["image"]
-    assert services["es-init"]["image"] == services["ingest"]["image"]
+    assert services["es-init"]["image"] == services["embedder"]["image"]
     assert "build" not in services["es-init"]
