@@ -116,3 +116,30 @@ def test_deep_and_broken_markup_is_read_without_error() -> None:
 def test_preformatted_text_keeps_its_lines_and_ordered_lists_their_start() -> None:
     blocks = blocks_from_html("<pre>a  b\n  c</pre><ol start='3'><li>x</li><li>y</li></ol>")
     assert blocks[0].text == "a  b\n  c\n\n3. x\n4. y"
+
+
+def test_a_content_body_with_html_is_split_by_its_headings() -> None:
+    from ragbot.indexing.paragraphs import split_page
+    from ragbot.sources.wiki import page_from_content_body
+
+    body = _bodies()[2]
+    page = page_from_content_body(body)
+    assert page.blocks is not None
+    assert "/index.php" not in page.content
+    paragraphs = split_page(page, token_counters=[lambda t: len(t.split())], max_tokens=40)
+    headings = {p.heading for p in paragraphs}
+    assert {"מי זכאי?", "גובה ומשך התשלום", "ראו גם"} <= headings
+    assert all("redlink" not in p.text for p in paragraphs)
+
+
+def test_a_body_without_html_falls_back_to_its_content_and_categories_may_be_one_string() -> None:
+    from ragbot.sources.wiki import page_from_content_body
+
+    body = dict(_bodies()[3], categories="ביטוח לאומי\nהורות\n")
+    del body["contentHtml"]
+    page = page_from_content_body(body)
+    assert page.blocks is None
+    assert page.content == body["content"]
+    assert page.categories == ["ביטוח לאומי", "הורות"]
+    empty = page_from_content_body(dict(_bodies()[3], contentHtml="<div></div>"))
+    assert empty.blocks is None and empty.content == _bodies()[3]["content"]
