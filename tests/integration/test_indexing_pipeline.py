@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from redis.asyncio import Redis
 from support.chat_fakes import FakeOpenAI
-from support.fake_wiki import FakeWiki
+from support.fake_wiki import CAPTURED, FakeWiki, load_pages
 from support.fakes import FakeSender, FakeTask, HashEmbedder
 
 from ragbot.definition import parse_definition
@@ -255,6 +255,23 @@ def test_a_page_that_left_scope_and_a_delete_remove_it(world: World) -> None:
         ("page.deleted", 14, "out_of_scope"),
         ("page.deleted", 15, "deleted"),
     ]
+
+
+def test_real_extension_bodies_keep_their_headings_and_lose_their_link_targets(world: World) -> None:
+    bodies = load_pages(CAPTURED)
+    for body in bodies:
+        world.wiki.put(body)
+        outcome, detail = world.ping(int(body["page_id"]))
+        assert outcome == "done", detail
+    stored = {b["page_id"]: world.run(world.store.page_paragraphs(page_id=b["page_id"])) for b in bodies}
+    texts = [h.source["content"] for hits in stored.values() for h in hits]
+    assert texts and not [t for t in texts if "/index.php" in t or "http" in t or "redlink" in t]
+    headings = {h.source.get("heading") for h in stored[2]}
+    assert {"מי זכאי?", "גובה ומשך התשלום", "ראו גם"} <= headings, headings
+    world.wiki.remove(2)  # the wiki now answers the extension's 404 body
+    outcome, detail = world.ping(2, revision_id=99)
+    assert outcome == "done" and "left scope" in detail
+    assert world.ids(2) == []
 
 
 def test_a_bulk_reindex_reports_exact_progress_and_retries_what_failed(world: World) -> None:

@@ -212,3 +212,18 @@ def test_host_allowed(host: str, allowed: list[str], expected: bool) -> None:
 def test_check_callback_url_refuses(url: str, match: str) -> None:
     with pytest.raises(SourceRefused, match=match):
         check_callback_url(url, ["wiki.test"])
+
+
+async def test_the_extensions_not_found_body_means_out_of_scope_whatever_the_status() -> None:
+    gone = {"message": "Invalid page ID provided: 7", "httpCode": 404, "httpReason": "Not Found"}
+    assert await source(lambda r: httpx.Response(200, json=gone)).fetch(page_id=7, callback_url=BASE) is None
+    assert await source(lambda r: httpx.Response(404, json=gone)).fetch(page_id=7, callback_url=BASE) is None
+
+
+async def test_content_html_becomes_the_pages_blocks() -> None:
+    body = dict(
+        PAGE, contentHtml='<h2><span class="mw-headline">כותרת</span></h2><p>טקסט <a href="/x">קישור</a></p>'
+    )
+    page = await source(lambda r: httpx.Response(200, json=body)).fetch(page_id=7, callback_url=BASE)
+    assert page is not None and page.blocks is not None
+    assert [(b.heading, b.text) for b in page.blocks] == [("כותרת", "טקסט קישור")]

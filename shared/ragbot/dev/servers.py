@@ -125,8 +125,13 @@ class LocalWiki:
             page = self.pages.get(page_id)
         if forced is not None:
             return forced, b'{"error":"forced by the caller"}'
-        if page is None:
-            return 404, b'{"error":"page not found or out of scope"}'
+        if page is None:  # ChatbotRagContent's own not-found body
+            body = {
+                "message": f"Invalid page ID provided: {page_id}",
+                "httpCode": 404,
+                "httpReason": "Not Found",
+            }
+            return 404, json.dumps(body).encode("utf-8")
         return 200, json.dumps(page, ensure_ascii=False).encode("utf-8")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

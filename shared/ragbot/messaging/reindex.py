@@ -44,7 +44,7 @@ from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page
 from ragbot.schemas.strict_json import JSONRefused, loads_strict
 from ragbot.sources.ssrf import PinnedTransport
-from ragbot.sources.wiki import USER_AGENT, check_callback_url
+from ragbot.sources.wiki import USER_AGENT, check_callback_url, page_from_content_body
 
 __all__ = [
     "FINAL_STATES",
@@ -102,7 +102,7 @@ def page_from_line(line: bytes | str, *, line_number: int) -> Page:
     if "page_id" not in data:
         raise ValidationFailed(f"{where}: no page_id", field=where)
     try:
-        page = Page.from_wiki_content(data)
+        page = page_from_content_body(data)
     except (KeyError, TypeError, ValueError, ValidationError) as exc:
         message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         raise ValidationFailed(f"{where}: not a content-API page ({message})", field=where) from None

@@ -110,7 +110,10 @@ class Page(BaseModel):
 
     @classmethod
     def from_wiki_content(cls, body: dict[str, Any]) -> Page:
-        """Build a page from the content API's body (``GET callback_url + page_id``)."""
+        """Build a page from the content API's body (``GET callback_url + page_id``) from its ``content``.
+
+        ``contentHtml`` is read by ``ragbot.sources.wiki.page_from_content_body``, which the wiki path uses.
+        """
         known = {
             "page_id",
             "revision_id",
@@ -123,8 +126,9 @@ class Page(BaseModel):
             "categories",
         }
         categories = body.get("categories") or []
-        if isinstance(categories, str):
-            categories = [categories]
+        if isinstance(categories, str):  # older ChatbotRagContent joins them with newlines
+            categories = categories.split("\n")
+        categories = [c for c in (str(c).strip() for c in categories) if c]
         return cls(
             page_id=int(body["page_id"]),
             revision_id=int(body.get("revision_id") or 0),

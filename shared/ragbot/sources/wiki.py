@@ -4,8 +4,13 @@ A ping names the URL to fetch, so this is where server-side request forgery is s
 allow-listed hosts are contacted, at addresses checked once and connected to as checked
 (``ragbot.sources.ssrf``), redirects are followed by hand (at most ``max_redirects``) and each
 target is checked again, bodies are streamed and cut at ``max_bytes``, and every request has a timeout.
-Outcomes: 200 -> Page; 404/410 -> None (the page left scope); 5xx, 408, 429, timeouts and connection
-errors -> ``SourceError`` (retry); anything else -> ``SourceRefused`` (never retried).
+Outcomes: 200 -> Page; 404/410 (or the extension's ``{"httpCode": 404, ...}`` body) -> None (the page
+left scope); 5xx, 408, 429, timeouts and connection errors -> ``SourceError`` (retry); anything else ->
+``SourceRefused`` (never retried).
+
+A body's ``contentHtml`` (the rendered page) becomes the page's heading-aware blocks
+(``ragbot.sources.wiki_html``); ``content``, the same page with its tags stripped, is read only when
+there is no HTML.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ragbot.observability.logging import REQUEST_ID_HEADER, get_request_id
 from ragbot.schemas.pages import Page
 from ragbot.schemas.strict_json import JSONRefused, loads_strict
 from ragbot.sources.ssrf import AllowList, PinnedTransport, check_url
+from ragbot.sources.wiki_html import blocks_from_html
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +35,24 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _GONE = frozenset({404, 410})
 _RETRYABLE_4XX = frozenset({408, 425, 429})
 USER_AGENT = "ragbot-ingest/0.1 (+https://github.com/)"
+
+
+def page_from_content_body(body: dict[str, Any]) -> Page:
+    """A content-API body as a Page: blocks from its ``contentHtml`` when it has any, else its ``content``."""
+    page = Page.from_wiki_content(body)
+    rendered = body.get("contentHtml")
+    if not isinstance(rendered, str) or not rendered.strip():
+        return page
+    blocks = blocks_from_html(rendered)
+    if not blocks:
+        return page
+    text = "\n\n".join(b.text for b in blocks)
+    return page.model_copy(update={"blocks": blocks, "content": text})
+
+
+def gone_body(body: Any) -> bool:
+    """True for the extension's not-found body (``{"message": ..., "httpCode": 404}``), any status."""
+    return isinstance(body, dict) and "page_id" not in body and body.get("httpCode") in (404, 410)
 
 
 def host_allowed(host: str, allowed_hosts: Sequence[str]) -> bool:
@@ -119,15 +143,18 @@ class WikiPageSource:
         except httpx.TransportError as exc:
             raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
 
-    def _parse(self, body: bytes, *, page_id: int, url: httpx.URL) -> Page:
+    def _parse(self, body: bytes, *, page_id: int, url: httpx.URL) -> Page | None:
         try:
             data: Any = loads_strict(body, max_depth=64)
         except JSONRefused as exc:
             raise SourceRefused(f"{url}: body is not JSON ({exc})") from None
         if not isinstance(data, dict):
             raise SourceRefused(f"{url}: body is not a JSON object")
+        if gone_body(data):
+            logger.info("page left scope", extra={"page_id": page_id, "status": data.get("httpCode")})
+            return None
         try:
-            page = Page.from_wiki_content(data)
+            page = page_from_content_body(data)
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise SourceRefused(f"{url}: not a content API page ({type(exc).__name__}: {exc})") from None
         if page.page_id != page_id:
