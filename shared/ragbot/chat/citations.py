@@ -84,6 +84,29 @@ def unique_pages(sources: Iterable[Source]) -> list[Source]:
     return out
 
 
+def number_by_page(answer: str, sources: Sequence[Source]) -> str:
+    """The answer with each ``[n]`` naming its page's place in ``unique_pages(sources)`` (1-based).
+
+    Kol-Zchut's clients show one link per page (``docs``), so a paragraph number such as ``[6]`` would
+    point at nothing; ``[2][3]`` or ``[2, 3]`` on one page become a single ``[1]``. Numbers that are not
+    a source's stay as written: they cite nothing either way.
+    """
+    pages = [s.page_id for s in unique_pages(sources)]
+    place = {s.index: pages.index(s.page_id) + 1 for s in sources}
+
+    def renumber(match: re.Match[str]) -> str:
+        numbers = [int(part.strip()) for part in re.split(r"[,;]", match.group(1))]
+        if not all(n in place for n in numbers):
+            return match.group(0)
+        return "[" + ", ".join(str(n) for n in dict.fromkeys(place[n] for n in numbers)) + "]"
+
+    renumbered = _CITATION.sub(renumber, answer)
+    return _REPEATED.sub(r"\1", renumbered)
+
+
+_REPEATED = re.compile(r"(\[\d{1,4}\])(?:\s*\1)+")
+
+
 def _int_or_none(value: Any) -> int | None:
     try:
         return None if value is None or isinstance(value, bool) else int(value)
