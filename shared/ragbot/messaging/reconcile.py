@@ -164,7 +164,8 @@ def guard_refusal(plan: ReconcilePlan, *, max_remove_share: float) -> str | None
     return (
         f"reconcile would remove {len(plan.remove)} of {plan.indexed} indexed pages "
         f"({plan.remove_share:.0%}, over the {max_remove_share:.0%} allowed by "
-        f"RAGBOT_INGEST_RECONCILE_MAX_REMOVE_SHARE): page ids {named}{more}. If the list is complete "
+        f"RAGBOT_INGEST_RECONCILE_MAX_REMOVE_SHARE): page ids {named}{more}. Is the list truncated? "
+        "If it is complete "
         "and these pages are gone from the wiki, confirm with POST /v1/reconcile and the same list "
         'plus "force": true (a dry run shows the same plan and changes nothing)'
     )
