@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragbot.chat.citations import number_by_page
+from ragbot.chat.citations import StreamedNumbers, number_by_page
 from ragbot.chat.feedback import merge_feedback
 from ragbot.chat.schemas import Rating, Source
 
@@ -21,6 +21,13 @@ def test_paragraph_numbers_become_the_place_of_their_page_in_docs() -> None:
     assert number_by_page(answer, found) == "א [1] ב [2] ג [3]. ד [1] ה [1] ו [99] ז [3]"
     assert number_by_page("no citations", found) == "no citations"
     assert number_by_page("[1]", []) == "[1]"
+
+
+def test_a_streamed_answer_is_renumbered_even_when_a_citation_is_cut_between_pieces() -> None:
+    numbers = StreamedNumbers(sources(10, 10, 20, 30, 20, 30))
+    pieces = ["א [", "6", "] ב [3", "] ג [1, ", "2] ד [99", "] ה ["]
+    shown = "".join(numbers.feed(p) for p in pieces) + numbers.flush()
+    assert shown == "א [3] ב [2] ג [1] ד [99] ה ["
 
 
 @pytest.mark.parametrize(

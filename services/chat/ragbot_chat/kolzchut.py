@@ -27,7 +27,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ragbot.chat.admission import Slot
-from ragbot.chat.citations import number_by_page, unique_pages
+from ragbot.chat.citations import StreamedNumbers, number_by_page, unique_pages
 from ragbot.chat.events import (
     ChatRequest,
     DoneEvent,
@@ -256,9 +256,11 @@ async def kolzchut_search_stream(
 
     async def chunks() -> AsyncIterator[bytes]:
         sources: SourcesEvent | None = None
+        numbers = StreamedNumbers([])
         async for event in events:
             if isinstance(event, SourcesEvent):
                 sources = event
+                numbers = StreamedNumbers(event.sources)
                 debug = event.debug if body.include_debug_data else {}
                 rewrite = debug.get("rewrite") or {}
                 first = StreamSources(
@@ -269,8 +271,12 @@ async def kolzchut_search_stream(
                 )
                 yield sse("sources", first.model_dump(mode="json"))
             elif isinstance(event, TokenEvent):
-                yield sse("token", StreamToken(text=event.text).model_dump(mode="json"))
+                text = numbers.feed(event.text)  # [n] numbers docs, as in the done event
+                if text:
+                    yield sse("token", StreamToken(text=text).model_dump(mode="json"))
             else:
+                if rest := numbers.flush():
+                    yield sse("token", StreamToken(text=rest).model_dump(mode="json"))
                 status, payload = search_payload(
                     res=res,
                     body=body,

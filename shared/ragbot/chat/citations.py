@@ -107,6 +107,31 @@ def number_by_page(answer: str, sources: Sequence[Source]) -> str:
 _REPEATED = re.compile(r"(\[\d{1,4}\])(?:\s*\1)+")
 
 
+class StreamedNumbers:
+    """``number_by_page`` over an answer streamed in pieces: a ``[`` not yet closed is held back."""
+
+    _HOLD = 40  # longest citation kept waiting for its "]"
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = list(sources)
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """What can be shown of the answer so far, renumbered."""
+        text = self._held + piece
+        cut = text.rfind("[")
+        if cut != -1 and "]" not in text[cut:] and len(text) - cut <= self._HOLD:
+            self._held, text = text[cut:], text[:cut]
+        else:
+            self._held = ""
+        return number_by_page(text, self.sources)
+
+    def flush(self) -> str:
+        """Whatever was held back, at the end of the answer."""
+        held, self._held = self._held, ""
+        return number_by_page(held, self.sources)
+
+
 def _int_or_none(value: Any) -> int | None:
     try:
         return None if value is None or isinstance(value, bool) else int(value)
