@@ -6,6 +6,7 @@
 
 import { Marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.js";
+import { linkHref } from "./links.js";
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const SAFE_URL = /^(https?:\/\/|mailto:)/i;
@@ -54,13 +55,13 @@ const PURIFY = {
 function citationNode(n, cite) {
   const source = cite(n);
   if (!source) return document.createTextNode(`[${n}]`);
-  const safe = source.url && SAFE_URL.test(source.url);
-  const node = document.createElement(safe ? "a" : "span");
+  const href = linkHref(source.url); // a source's URL is page data: http(s) only
+  const node = document.createElement(href ? "a" : "span");
   node.className = "cite";
   node.title = source.title || "";
   node.textContent = `[${n}]`;
-  if (safe) {
-    node.href = source.url;
+  if (href) {
+    node.href = href;
     node.target = "_blank";
     node.rel = "noopener noreferrer";
   }
