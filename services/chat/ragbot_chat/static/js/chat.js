@@ -203,7 +203,7 @@ async function ask(text, { retried = false } = {}) {
           else if (data.abstained || !sources.length) renderSources(turn.sources, "", [], false);
           turn.item.dataset.state = "done";
           const seconds = ((performance.now() - started) / 1000).toFixed(1);
-          turn.meta.replaceChildren(el("span", { dir: "ltr" }, t("common.seconds", { seconds })));
+          turn.meta.replaceChildren(el("span", {}, t("common.seconds", { seconds })));
           if (data.abstained) turn.meta.append(el("span", {}, t("chat.abstained")));
           turn.item.append(feedbackControls(data.message_id));
         } else if (name === "error") {
