@@ -156,6 +156,7 @@ def client() -> Iterator[TestClient]:
 def test_the_switch_remembers_the_language_and_the_pages_follow_it(client: TestClient) -> None:
     english = client.get("/documents", headers={"Accept-Language": "en-US,en"})
     assert '<html lang="en" dir="ltr">' in english.text and "Indexed pages" in english.text
+    assert english.headers["vary"] == "Accept-Language, Cookie"
     hebrew = client.get("/documents", headers={"Accept-Language": "he-IL,he"})
     assert '<html lang="he" dir="rtl">' in hebrew.text and "דפים במאגר" in hebrew.text
 
