@@ -459,6 +459,18 @@ class ClientSettings(BaseSettings):
         return {"Authorization": f"Bearer {self.api_key.get_secret_value()}"} if self.api_key else {}
 
 
+UiLanguage = Literal["he", "en"]
+
+
+class UiSettings(BaseSettings):
+    """The web UI's language when the reader has not chosen one with the page's switch: ``language``
+    (``auto``: the browser's ``Accept-Language``) and the one used when the browser asks for neither."""
+
+    model_config = _config("RAGBOT_UI_")
+    language: Literal["auto", "he", "en"] = "auto"
+    fallback_language: UiLanguage = "en"
+
+
 class ObservabilitySettings(BaseSettings):
     """Logging and metrics shared by every process."""
 
@@ -597,6 +609,12 @@ def get_observability_settings() -> ObservabilitySettings:
 
 
 @lru_cache
+def get_ui_settings() -> UiSettings:
+    """The web UI's language settings (``RAGBOT_UI_*``), read once per process."""
+    return UiSettings()
+
+
+@lru_cache
 def get_tracing_settings() -> TracingSettings:
     """Tracing settings (``OTEL_*``), read once per process."""
     return TracingSettings()
@@ -620,5 +638,6 @@ def clear_settings_caches() -> None:
         get_tracing_settings,
         get_auth_settings,
         get_client_settings,
+        get_ui_settings,
     ):
         factory.cache_clear()
