@@ -9,9 +9,12 @@ UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 COMPOSE ?= docker compose
 REDIS_PORT ?= 6390
 ES_PORT ?= 9250
+MW_PORT ?= 8480
+MW_ADMIN_USER ?= Admin
+MW_ADMIN_PASSWORD ?= ragbot-test-admin-password
 PYTEST_ARGS ?=
 LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
-export REDIS_PORT ES_PORT
+export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD
 
 .PHONY: help setup deps run test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
@@ -31,11 +34,14 @@ deps: ## install Redis, curl, unzip, a JDK, promtool, chromium and chromedriver 
 run: setup ## start Redis and the four services locally, index the sample pages, print the URLs
 	$(UV) run python scripts/run.py
 
-test: setup deps ## start real Redis + Elasticsearch, run every test, stop what was started
-	@export RAGBOT_SERVICES_OWNER="make-test-$$$$"; \
+test: setup deps ## start real Redis + Elasticsearch + MediaWiki, run every test, stop what was started
+	@export RAGBOT_SERVICES_OWNER="make-test-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
 	trap 'bash scripts/services.sh down' EXIT; \
 	bash scripts/services.sh up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
+	RAGBOT_TEST_MEDIAWIKI_URL="http://127.0.0.1:$(MW_PORT)" \
+	RAGBOT_TEST_MEDIAWIKI_USER="$(MW_ADMIN_USER)" RAGBOT_TEST_MEDIAWIKI_PASSWORD="$(MW_ADMIN_PASSWORD)" \
+	RAGBOT_TEST_MEDIAWIKI_CONFIG="$$(bash scripts/services.sh mw-config)" \
 		$(UV) run pytest $(PYTEST_ARGS)
 
 test-compose: setup ## boot compose.yaml in Docker (local images, host network), smoke-test it, remove what it built

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Real Redis and Elasticsearch for `make test` and `make run`, without Docker.
+# Real Redis, Elasticsearch and (on request) a throwaway MediaWiki for `make test` and `make run`, without Docker.
 #
 #   scripts/services.sh up       start what is not answering yet (a port that answers is reused)
 #   scripts/services.sh down     stop what `up` started (pid files in the run dir), nothing else
 #   scripts/services.sh status   say what answers and what `up` started
 #   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool, chromium,
 #                                helm: built with `go install` into <cache>/bin, where the tests find it)
+#   scripts/services.sh mw-config  print the LocalSettings.php of this run's wiki (for maintenance scripts:
+#                                MW_CONFIG_FILE=<it> php /usr/share/mediawiki/maintenance/runJobs.php)
 #   scripts/services.sh es-env   install Elasticsearch if missing and print where it is (KEY=value lines:
 #                                ES_HOME, ES_JAVA_HOME, ES_RUN_DIR, ES_USER), for callers that start nodes
 #                                of their own (the two-node cluster of tests/support/es_cluster.py)
 #
 # Knobs (environment, defaults in brackets):
-#   RAGBOT_SERVICES       which services up/down/status handle ["redis es"]
+#   RAGBOT_SERVICES       which services up/down/status handle ["redis es"; add "mediawiki" for the wiki]
 #   REDIS_PORT            Redis port on 127.0.0.1 [6390]
 #   ES_PORT               Elasticsearch HTTP port on 127.0.0.1 [9250]
 #   ES_TRANSPORT_PORT     Elasticsearch transport port [ES_PORT + 100, so 9350]
@@ -19,6 +21,10 @@
 #   ES_VERSION            integ-test-zip version from Maven Central [8.19.21, keep equal to compose.yaml]
 #   ES_JAVA_HOME          JDK for Elasticsearch [the newest JDK 17+ under /usr/lib/jvm]
 #   ES_START_TIMEOUT      seconds to wait for yellow health [180]
+#   MW_PORT               MediaWiki (Debian's package, PHP's built-in server) on 127.0.0.1 [8480]
+#   MW_ADMIN_USER         the wiki's admin account [Admin]
+#   MW_ADMIN_PASSWORD     its password [ragbot-test-admin-password]
+#   MW_WORKERS            PHP built-in server workers (ragbot may call back while the wiki waits) [4]
 #   HELM_VERSION          helm built by `deps` for tests/unit/test_helm_chart.py [v3.22.0]
 #   RAGBOT_RUN_DIR        pid files, logs and data [root: /var/cache/ragbot/run; else <cache>/run]
 #   RAGBOT_SERVICES_OWNER tag written by `up`; a `down` that sets it only stops what carries the same tag
@@ -28,6 +34,11 @@
 set -euo pipefail
 
 RAGBOT_SERVICES=${RAGBOT_SERVICES:-"redis es"}
+MW_PORT=${MW_PORT:-8480}
+MW_ADMIN_USER=${MW_ADMIN_USER:-Admin}
+MW_ADMIN_PASSWORD=${MW_ADMIN_PASSWORD:-ragbot-test-admin-password}
+MW_WORKERS=${MW_WORKERS:-4}
+MW_HOME=/usr/share/mediawiki
 REDIS_PORT=${REDIS_PORT:-6390}
 ES_PORT=${ES_PORT:-9250}
 ES_TRANSPORT_PORT=${ES_TRANSPORT_PORT:-$((ES_PORT + 100))}
@@ -412,6 +423,122 @@ es_env() {
     printf 'ES_HOME=%s\nES_JAVA_HOME=%s\nES_RUN_DIR=%s\nES_USER=%s\n' "$ES_HOME" "$jh" "$RUN_DIR" "$user"
 }
 
+# --- MediaWiki -----------------------------------------------------------------------------------
+# Debian's package (1.39) is the code; each `up` installs a fresh throwaway wiki (SQLite, Hebrew content
+# language) under the run dir and points PHP at it with MW_CONFIG_FILE, so /etc/mediawiki is never used.
+
+mw_dir() { echo "$RUN_DIR/mediawiki-$MW_PORT"; }
+
+mw_answers() {
+    curl -fsS -m 5 "http://127.0.0.1:$MW_PORT/api.php?action=query&meta=siteinfo&format=json" 2>/dev/null |
+        grep -q '"generator":"MediaWiki'
+}
+
+mw_need() {
+    need_cmd curl curl
+    need_cmd php php-cli
+    local missing=() mod modules
+    [[ -f $MW_HOME/maintenance/install.php ]] || missing+=(mediawiki)
+    modules=$(php -m 2>/dev/null)
+    for mod in pdo_sqlite:php-sqlite3 intl:php-intl mbstring:php-mbstring dom:php-xml curl:php-curl; do
+        grep -qix "${mod%%:*}" <<<"$modules" || missing+=("${mod#*:}")
+    done
+    [[ ${#missing[@]} -eq 0 ]] || apt_install "${missing[@]}"
+}
+
+mw_install() {
+    local dir=$1
+    rm -rf "$dir"
+    mkdir -p "$dir/data" "$dir/cache" "$dir/images"
+    (cd "$MW_HOME" && php maintenance/install.php --dbtype sqlite --dbpath "$dir/data" --dbname wiki \
+        --lang he --server "http://127.0.0.1:$MW_PORT" --scriptpath "" --confpath "$dir" \
+        --pass "$MW_ADMIN_PASSWORD" RagbotTest "$MW_ADMIN_USER" >"$dir/install.log" 2>&1) || {
+        tail -n 30 "$dir/install.log" >&2
+        die "mediawiki: install.php failed (log: $dir/install.log)"
+    }
+    cat >>"$dir/LocalSettings.php" <<EOF
+
+# Added by scripts/services.sh: this run's own folders; jobs run only when a caller runs runJobs.php.
+\$wgCacheDirectory = "$dir/cache";
+\$wgUploadDirectory = "$dir/images";
+\$wgJobRunRate = 0;
+# Sessions (logins) must outlive a request: CACHE_NONE would forget them.
+\$wgMainCacheType = CACHE_DB;
+\$wgSessionCacheType = CACHE_DB;
+EOF
+}
+
+mw_up() {
+    mw_need
+    if mw_answers; then
+        log "mediawiki: 127.0.0.1:$MW_PORT already answers; reusing it"
+        return 0
+    fi
+    port_open "$MW_PORT" && die "mediawiki: port $MW_PORT is taken by something that is not MediaWiki"
+    local dir pid
+    dir=$(mw_dir)
+    mkdir -p "$RUN_DIR"
+    mw_install "$dir"
+    # setsid: the server outlives this script; PHP_CLI_SERVER_WORKERS lets it answer while a request waits.
+    cd "$dir"
+    MW_CONFIG_FILE="$dir/LocalSettings.php" PHP_CLI_SERVER_WORKERS=$MW_WORKERS \
+        setsid php -S "127.0.0.1:$MW_PORT" -t "$MW_HOME" >"$dir/server.log" 2>&1 </dev/null &
+    echo $! >"$dir/php.pid"
+    cd - >/dev/null
+    local deadline=$((SECONDS + 60))
+    until mw_answers; do
+        pid=$(cat "$dir/php.pid" 2>/dev/null || true)
+        if ! pid_alive "$pid" || ((SECONDS >= deadline)); then
+            tail -n 30 "$dir/server.log" >&2 || true
+            pid_alive "$pid" && kill -TERM "$pid"
+            rm -f "$dir/php.pid"
+            die "mediawiki: api.php does not answer on 127.0.0.1:$MW_PORT (log: $dir/server.log)"
+        fi
+        sleep 0.2
+    done
+    echo "${RAGBOT_SERVICES_OWNER:-manual}" >"$dir/owner"
+    log "mediawiki: started on http://127.0.0.1:$MW_PORT (pid $(cat "$dir/php.pid"), config $dir/LocalSettings.php)"
+}
+
+mw_down() {
+    local dir pid
+    dir=$(mw_dir)
+    if [[ ! -f $dir/php.pid ]]; then
+        log "mediawiki: nothing on port $MW_PORT was started by 'up'; leaving it"
+        return 0
+    fi
+    if ! owned_by_caller "$dir/owner"; then
+        log "mediawiki: port $MW_PORT was started by another 'up' ($(cat "$dir/owner" 2>/dev/null)); leaving it"
+        return 0
+    fi
+    pid=$(cat "$dir/php.pid")
+    if pid_alive "$pid" && pid_matches "$pid" "php -S"; then
+        # The workers outlive a SIGTERM to the server alone: stop its whole process group (setsid made it).
+        kill -TERM -- "-$pid"
+        wait_gone "$pid" 20
+        log "mediawiki: stopped (pid $pid)"
+    else
+        log "mediawiki: pid $pid is not running any more"
+    fi
+    # The wiki is throwaway (the next `up` installs a fresh one); logs stay for post-mortems.
+    rm -rf "$dir/data" "$dir/php.pid" "$dir/owner"
+}
+
+mediawiki_status() {
+    local dir state
+    dir=$(mw_dir)
+    if command -v curl >/dev/null && mw_answers; then state=answers; else state="not answering"; fi
+    if [[ -f $dir/php.pid ]]; then
+        echo "mediawiki 127.0.0.1:$MW_PORT  $state  started by up (pid $(cat "$dir/php.pid"), owner $(cat "$dir/owner" 2>/dev/null || echo '?'))"
+    else
+        echo "mediawiki 127.0.0.1:$MW_PORT  $state"
+    fi
+    [[ $state == answers ]]
+}
+
+mediawiki_up() { mw_up; }
+mediawiki_down() { mw_down; }
+
 # --- commands -------------------------------------------------------------------------------------
 
 helm_install() {
@@ -445,8 +572,8 @@ for_each() {
     local action=$1 svc rc=0
     for svc in $RAGBOT_SERVICES; do
         case $svc in
-        redis | es) "${svc}_$action" || rc=1 ;;
-        *) die "unknown service '$svc' in RAGBOT_SERVICES (known: redis es)" ;;
+        redis | es | mediawiki) "${svc}_$action" || rc=1 ;;
+        *) die "unknown service '$svc' in RAGBOT_SERVICES (known: redis es mediawiki)" ;;
         esac
     done
     return $rc
@@ -465,8 +592,9 @@ main() {
     status) for_each status ;;
     deps) deps ;;
     es-env) es_env ;;
+    mw-config) echo "$(mw_dir)/LocalSettings.php" ;;
     *)
-        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
         exit 2
         ;;
     esac

@@ -1,16 +1,21 @@
-"""Root test configuration: models load offline; integration tests get the real Redis and Elasticsearch.
+"""Root test configuration: models load offline; integration tests get the real Redis, Elasticsearch and wiki.
 
-`make test` starts both (scripts/services.sh) and exports RAGBOT_TEST_REDIS_URL / RAGBOT_TEST_ES_URL.
+`make test` starts them (scripts/services.sh) and exports RAGBOT_TEST_REDIS_URL / RAGBOT_TEST_ES_URL /
+RAGBOT_TEST_MEDIAWIKI_URL (with the wiki admin credentials and LocalSettings.php).
 A service that does not answer fails the tests that need it: never skip, never mock.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 import redis
+from support.mediawiki import WikiSession
 
 # Tests never download models: the packaged ones are on disk, anything else is a bug.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -60,3 +65,55 @@ def es_url() -> str:
             pytrace=False,
         )
     return url
+
+
+DEFAULT_MEDIAWIKI_URL = "http://127.0.0.1:8480"
+_HOW_TO_START_WIKI = (
+    "`make test` starts it; by hand: `RAGBOT_SERVICES=mediawiki bash scripts/services.sh up` "
+    "(Debian's mediawiki package on PHP's built-in server)"
+)
+
+
+def _mediawiki_config_file() -> str:
+    """The test wiki's LocalSettings.php: from the environment, else where scripts/services.sh puts it."""
+    configured = os.environ.get("RAGBOT_TEST_MEDIAWIKI_CONFIG")
+    if configured:
+        return configured
+    script = Path(__file__).resolve().parents[1] / "scripts" / "services.sh"
+    completed = subprocess.run(
+        ["bash", str(script), "mw-config"], capture_output=True, text=True, timeout=30, check=False
+    )
+    return completed.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def mediawiki_url() -> str:
+    """The real test MediaWiki's base URL, checked once, so a missing wiki fails loudly (never a skip)."""
+    url = os.environ.get("RAGBOT_TEST_MEDIAWIKI_URL", DEFAULT_MEDIAWIKI_URL).rstrip("/")
+    try:
+        response = httpx.get(
+            f"{url}/api.php", params={"action": "query", "meta": "siteinfo", "format": "json"}, timeout=30.0
+        )
+        generator = response.json()["query"]["general"]["generator"] if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        pytest.fail(f"MediaWiki at {url} does not answer ({exc!r}). {_HOW_TO_START_WIKI}.", pytrace=False)
+    if not str(generator).startswith("MediaWiki"):
+        pytest.fail(f"{url}/api.php is not a MediaWiki (HTTP {response.status_code}). {_HOW_TO_START_WIKI}.")
+    return url
+
+
+@pytest.fixture
+def wiki(mediawiki_url: str) -> Iterator[WikiSession]:
+    """An admin-logged-in session on the test wiki with a title prefix of its own; its pages go at the end."""
+    session = WikiSession(
+        url=mediawiki_url,
+        user=os.environ.get("RAGBOT_TEST_MEDIAWIKI_USER", "Admin"),
+        password=os.environ.get("RAGBOT_TEST_MEDIAWIKI_PASSWORD", "ragbot-test-admin-password"),
+        config_file=_mediawiki_config_file(),
+    )
+    try:
+        session.login()
+        yield session
+    finally:
+        session.cleanup()
+        session.close()
