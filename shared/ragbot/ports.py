@@ -8,7 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel
 
+from ragbot.schemas.mediawiki import WikiChanges, WikiCursor, WikiPageState
 from ragbot.schemas.pages import Page, PageState
 
 Vector = npt.NDArray[np.float32]
@@ -288,3 +290,33 @@ class Generations(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class WikiApi(Protocol):
+    """A MediaWiki's core Action API (no extension): rendered pages, page states and recent changes."""
+
+    async def page(self, *, page_id: int) -> Page | None:
+        """The rendered page as a Page with heading-aware blocks, or None when it is gone."""
+
+    async def states(self, *, page_ids: Sequence[int]) -> list[WikiPageState]:
+        """The current state of each page id (gone ones with ``exists`` False)."""
+
+    async def all_pages(self) -> list[WikiPageState]:
+        """Every non-redirect page of the configured namespaces (a full sync)."""
+
+    async def latest_cursor(self) -> WikiCursor:
+        """The cursor of the newest recent change (a full sync starts from it)."""
+
+    async def changes(self, *, since: WikiCursor) -> WikiChanges:
+        """Page ids touched by edits, new pages, deletes, moves and restores after ``since``."""
+
+
+@runtime_checkable
+class CommandSender(Protocol):
+    """Sends a command to the embedder by task name (``ragbot.messaging.queue.TaskSender``)."""
+
+    async def send(
+        self, *, task: str, message: BaseModel, request_id: str | None = None, countdown: float | None = None
+    ) -> str:
+        """Publish one command; returns the broker's message id."""

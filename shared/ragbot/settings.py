@@ -123,6 +123,24 @@ class SourceSettings(BaseSettings):
     reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
+class MediaWikiSettings(BaseSettings):
+    """A MediaWiki followed by polling its core API (no ChatbotRagContent needed)."""
+
+    model_config = _config("RAGBOT_MEDIAWIKI_")
+    # The wiki's api.php, e.g. https://wiki.example.org/w/api.php. Unset: no polling.
+    api_url: str | None = None
+    # Namespaces whose pages are indexed (0 is the main namespace).
+    namespaces: list[int] = Field(default_factory=lambda: [0])
+    # For private wikis: a bot password (Special:BotPasswords), user "Name@app".
+    user: str | None = None
+    password: SecretStr | None = None
+    # How often Celery beat polls recent changes.
+    poll_interval_s: float = Field(default=60.0, gt=0.0)
+    timeout_s: float = Field(default=30.0, gt=0.0)
+    # Pages per API request (the API's own cap for ordinary users is 50).
+    batch_size: int = Field(default=50, ge=1, le=500)
+
+
 class IngestSettings(SourceSettings):
     """The ingest service: wiki pings, pushes, uploads, jobs."""
 
@@ -546,6 +564,12 @@ def get_model_settings() -> ModelSettings:
 def get_source_settings() -> SourceSettings:
     """Page-fetching settings, read once per process."""
     return SourceSettings()
+
+
+@lru_cache
+def get_mediawiki_settings() -> MediaWikiSettings:
+    """Polled-MediaWiki settings, read once per process."""
+    return MediaWikiSettings()
 
 
 @lru_cache
