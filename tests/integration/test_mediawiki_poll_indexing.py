@@ -1,8 +1,9 @@
-"""Polling the real test wiki into a real store through the embedder's own index and delete functions.
+"""The worker's ``embedder.poll_mediawiki`` against the real test wiki, a real store and real Redis.
 
-The poll's commands go to ``ragbot_embedder.service`` in process (the embedder's revision rule, the
-real embedded store, a hash embedder): create -> indexed, edit -> the new revision, move -> the new
-title, delete -> removed, restore -> back; a poll with nothing new changes nothing.
+Each poll is the task's own handler (``ragbot_embedder.wiki_poll``), whose commands run through the
+embedder's ``index_page``/``delete_page`` (its revision rule, the embedded store, a hash embedder):
+create -> indexed, edit -> the new revision, move -> the new title, delete -> removed, restore -> back;
+a poll with nothing new changes nothing. The Celery beat entry that sends the task is checked too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
 from redis.asyncio import Redis
 from support.fakes import HashEmbedder
 from support.mediawiki import WikiSession
@@ -21,18 +21,17 @@ from support.mediawiki import WikiSession
 from ragbot.definition import parse_definition
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
-from ragbot.messaging.wiki_poll import cursor_key, poll_wiki
+from ragbot.messaging.wiki_poll import cursor_key, poll_beat_schedule
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK, DeletePage, IndexPage
+from ragbot.schemas.messages import POLL_MEDIAWIKI_TASK, PollMediaWiki
 from ragbot.settings import MediaWikiSettings, StoreSettings
 from ragbot.sources.mediawiki import MediaWikiApi
 from ragbot.sources.wiki import WikiPageSource
 from ragbot.stores import build_store
 from ragbot_embedder import service
-
-pytestmark = pytest.mark.asyncio
+from ragbot_embedder.wiki_poll import poll_mediawiki
 
 MODEL = "hash-embedder"
 DEFINITION = parse_definition(
@@ -44,26 +43,6 @@ DEFINITION = parse_definition(
     }
 )
 DIMENSIONS = {v.name: 32 for v in DEFINITION.vector_fields}
-
-
-class EmbedderInProcess:
-    """A command sender that runs the embedder's service function at once and keeps each outcome."""
-
-    def __init__(self, ctx: service.IndexingContext) -> None:
-        self.ctx = ctx
-        self.outcomes: list[tuple[str, int, JobState]] = []
-
-    async def send(
-        self, *, task: str, message: BaseModel, request_id: str | None = None, countdown: float | None = None
-    ) -> str:
-        if task == INDEX_PAGE_TASK:
-            assert isinstance(message, IndexPage)
-            outcome = await service.index_page(ctx=self.ctx, command=message)
-        else:
-            assert task == DELETE_PAGE_TASK and isinstance(message, DeletePage)
-            outcome = await service.delete_page(ctx=self.ctx, command=message)
-        self.outcomes.append((task, message.page_id, outcome.state))
-        return uuid.uuid4().hex
 
 
 @pytest.fixture
@@ -80,6 +59,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SearchStore]:
         await built.close()
 
 
+@pytest.mark.asyncio
 async def test_a_polled_wiki_keeps_the_store_in_step(
     wiki: WikiSession, redis_url: str, store: SearchStore
 ) -> None:
@@ -97,19 +77,17 @@ async def test_a_polled_wiki_keeps_the_store_in_step(
         events=EventPublisher(redis=redis, key_prefix=prefix),
         metrics=worker_metrics(CollectorRegistry()),
         max_tokens=512,
+        wiki=api,
+        wiki_namespaces=(0,),
+        wiki_cursor_key=f"{prefix}:{cursor_key(wiki.api_url)}",
     )
-    sender = EmbedderInProcess(ctx)
-    key = f"{prefix}:{cursor_key(wiki.api_url)}"
+    details: list[str] = []
 
     async def poll() -> None:
-        await poll_wiki(
-            api=api,
-            sender=sender,
-            redis_client=redis,
-            key=key,
-            indexed=await store.page_revisions(),
-            namespaces=[0],
-        )
+        outcome = await poll_mediawiki(ctx=ctx, command=PollMediaWiki(job_id=f"{prefix}-poll"))
+        assert outcome.state == JobState.done, outcome.detail
+        assert "failed" not in outcome.detail, outcome.detail
+        details.append(outcome.detail)
 
     async def text_of(page_id: int) -> str:
         return " ".join(
@@ -120,7 +98,8 @@ async def test_a_polled_wiki_keeps_the_store_in_step(
         title = wiki.title("סנכרון")
         created = wiki.edit(title, "== זכאות ==\nגרסה ראשונה של הדף.")
         page_id = created["pageid"]
-        await poll()  # the first poll is a full sync
+        await poll()
+        assert details[-1].startswith("full sync"), "the first poll (no cursor) is a full sync"
         state = await store.page_state(page_id=page_id)
         assert state is not None and state.revision_id == created["newrevid"]
         assert "גרסה ראשונה" in await text_of(page_id)
@@ -131,9 +110,8 @@ async def test_a_polled_wiki_keeps_the_store_in_step(
         assert state is not None and state.revision_id == edited["newrevid"]
         assert "גרסה שנייה" in await text_of(page_id) and "גרסה ראשונה" not in await text_of(page_id)
 
-        before = len(sender.outcomes)
         await poll()
-        assert sender.outcomes[before:] == [], "a poll with nothing new sends nothing"
+        assert details[-1].startswith("recent changes: index 0, delete 0"), details[-1]
 
         moved_to = wiki.title("סנכרון הועבר")
         wiki.move(title, moved_to, redirect=False)
@@ -156,3 +134,14 @@ async def test_a_polled_wiki_keeps_the_store_in_step(
         if keys:
             await redis.delete(*keys)
         await redis.aclose()
+
+
+def test_celery_beat_sends_the_poll_every_interval_when_a_wiki_is_configured() -> None:
+    assert poll_beat_schedule(settings=MediaWikiSettings(), queue="q") == {}
+    schedule = poll_beat_schedule(
+        settings=MediaWikiSettings(api_url="http://127.0.0.1:8480/api.php", poll_interval_s=30), queue="q"
+    )
+    entry = schedule["ragbot-poll-mediawiki"]
+    assert entry["task"] == POLL_MEDIAWIKI_TASK and entry["schedule"] == 30
+    assert entry["options"]["queue"] == "q"
+    assert PollMediaWiki.model_validate(entry["kwargs"]["message"]).job_id == "mediawiki-poll"

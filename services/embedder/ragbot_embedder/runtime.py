@@ -27,6 +27,7 @@ from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.redis import build_redis
 from ragbot.messaging.reembed import ReembedStates, generation_of, split_options, worker_max_tokens
 from ragbot.messaging.reindex import WikiLister
+from ragbot.messaging.wiki_poll import cursor_key
 from ragbot.observability.metrics import worker_metrics
 from ragbot.observability.tracing import traced_llm
 from ragbot.ports import Embedder
@@ -34,6 +35,7 @@ from ragbot.schemas.messages import DropGeneration, IndexPages
 from ragbot.settings import (
     ContextualSettings,
     LLMSettings,
+    MediaWikiSettings,
     ModelSettings,
     RedisSettings,
     SourceSettings,
@@ -41,12 +43,14 @@ from ragbot.settings import (
     WorkerSettings,
     get_contextual_settings,
     get_llm_settings,
+    get_mediawiki_settings,
     get_model_settings,
     get_redis_settings,
     get_source_settings,
     get_store_settings,
     get_worker_settings,
 )
+from ragbot.sources.mediawiki import MediaWikiApi
 from ragbot.sources.wiki import WikiPageSource
 from ragbot.stores.generations import build_generations
 from ragbot_embedder.generations import WorkerGenerations, adopt_live
@@ -66,6 +70,7 @@ class Runtime:
     redis: Redis
     source: WikiPageSource | None = None
     generations: WorkerGenerations | None = None
+    wiki: MediaWikiApi | None = None
 
     async def contexts_for(self, command: object) -> list[IndexingContext]:
         """The contexts (one per index generation) a command runs in; ``ctx`` alone without generations."""
@@ -90,6 +95,8 @@ class Runtime:
                 self.run(self.generations.close())
             if self.source is not None:
                 self.run(self.source.aclose())
+            if self.wiki is not None:
+                self.run(self.wiki.close())
             self.run(self.redis.aclose())
         except Exception as exc:  # shutting down: report, never mask the shutdown
             logger.warning("error while closing the runtime: %s", exc)
@@ -125,6 +132,7 @@ def build_runtime(
     source_settings: SourceSettings,
     contextual_settings: ContextualSettings | None = None,
     llm_settings: LLMSettings | None = None,
+    mediawiki_settings: MediaWikiSettings | None = None,
 ) -> Runtime:
     """The composition root: load and warm the models, size and prepare the store, wire the rest."""
     from ragbot.embedders import build_embedders
@@ -175,6 +183,15 @@ def build_runtime(
         ),
     )
     runtime = Runtime(ctx=ctx, settings=worker_settings, loop=loop, redis=redis, source=source)
+    mediawiki = mediawiki_settings or get_mediawiki_settings()
+    if mediawiki.api_url:  # polled by Celery beat's embedder.poll_mediawiki (ragbot_embedder.wiki_poll)
+        runtime.wiki = ctx.wiki = MediaWikiApi(mediawiki)
+        ctx.wiki_namespaces = tuple(mediawiki.namespaces)
+        ctx.wiki_cursor_key = redis_settings.key_prefix + ":" + cursor_key(mediawiki.api_url)
+        try:
+            runtime.run(runtime.wiki.start())
+        except RagbotError as exc:  # a wiki down at start: each poll fails and beat tries again
+            logger.warning("mediawiki login failed at start: %s", exc)
     configured = generation_of(
         definition,
         dimensions=dimensions,

@@ -32,7 +32,7 @@ from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.reindex import WikiLister
 from ragbot.observability.metrics import WorkerMetrics
-from ragbot.ports import Embedder, Generations, PageSource, SearchStore
+from ragbot.ports import Embedder, Generations, PageSource, SearchStore, WikiApi
 from ragbot.schemas.jobs import JobState
 from ragbot.schemas.messages import (
     DeletePage,
@@ -67,6 +67,10 @@ class IndexingContext:
     store_ready: bool = field(default=False)
     generations: Generations | None = None
     lister: WikiLister | None = None  # the wiki's page list, for reconcile (ragbot_embedder.reconcile)
+    # A MediaWiki polled through its core API (ragbot_embedder.wiki_poll); None: no polling.
+    wiki: WikiApi | None = None
+    wiki_namespaces: tuple[int, ...] = (0,)
+    wiki_cursor_key: str = ""
 
     @property
     def pipeline(self) -> IndexingPipeline:

@@ -37,15 +37,17 @@ from ragbot.schemas.messages import (
     DROP_GENERATION_TASK,
     INDEX_PAGE_TASK,
     INDEX_PAGES_TASK,
+    POLL_MEDIAWIKI_TASK,
     RECONCILE_WIKI_TASK,
     DeletePage,
     DropGeneration,
     IndexPage,
     IndexPages,
+    PollMediaWiki,
     ReconcileWiki,
 )
 from ragbot.settings import WorkerSettings
-from ragbot_embedder import reconcile, service
+from ragbot_embedder import reconcile, service, wiki_poll
 from ragbot_embedder.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -301,6 +303,7 @@ _TASKS: tuple[tuple[str, type[BaseModel], Callable[..., Coroutine[Any, Any, serv
     (DELETE_PAGE_TASK, DeletePage, service.delete_page),
     (DROP_GENERATION_TASK, DropGeneration, service.drop_generation),
     (RECONCILE_WIKI_TASK, ReconcileWiki, reconcile.reconcile_wiki),
+    (POLL_MEDIAWIKI_TASK, PollMediaWiki, wiki_poll.poll_mediawiki),
 )
 
 

@@ -17,9 +17,16 @@ from celery import Celery, signals
 
 from ragbot.messaging.queue import create_celery_app
 from ragbot.messaging.reconcile_schedule import reconcile_beat_schedule
+from ragbot.messaging.wiki_poll import poll_beat_schedule
 from ragbot.observability.metrics import mark_process_dead
 from ragbot.observability.tracing import configure_tracing, shutdown_tracing
-from ragbot.settings import RedisSettings, WorkerSettings, get_source_settings, get_tracing_settings
+from ragbot.settings import (
+    RedisSettings,
+    WorkerSettings,
+    get_mediawiki_settings,
+    get_source_settings,
+    get_tracing_settings,
+)
 from ragbot_embedder.runtime import RuntimeHolder
 from ragbot_embedder.tasks import register_tasks
 
@@ -74,6 +81,7 @@ def create_worker_app(
     app.conf.beat_schedule = {
         **(app.conf.beat_schedule or {}),
         **reconcile_beat_schedule(settings=get_source_settings(), queue=worker_settings.queue),
+        **poll_beat_schedule(settings=get_mediawiki_settings(), queue=worker_settings.queue),
     }
     register_tasks(app, worker_settings=worker_settings, runtime=holder)
     connect_process_signals(holder)

@@ -15,17 +15,27 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from ragbot.observability.logging import get_request_id
 from ragbot.ports import CommandSender, WikiApi
 from ragbot.schemas.mediawiki import WikiCursor, WikiPageState
-from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK, DeletePage, IndexPage
+from ragbot.schemas.messages import (
+    DELETE_PAGE_TASK,
+    INDEX_PAGE_TASK,
+    POLL_MEDIAWIKI_TASK,
+    DeletePage,
+    IndexPage,
+    PollMediaWiki,
+)
+from ragbot.settings import MediaWikiSettings
 
 logger = logging.getLogger(__name__)
 
 CURSOR_KEY_PREFIX = "ragbot:mediawiki:cursor:"
+SCHEDULED_POLL_JOB = "mediawiki-poll"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +145,19 @@ async def poll_wiki(
         extra={"full_sync": plan.full_sync, "index": sent[0], "delete": sent[1], "rcid": plan.cursor.rcid},
     )
     return plan
+
+
+def poll_beat_schedule(*, settings: MediaWikiSettings, queue: str) -> dict[str, dict[str, Any]]:
+    """``{name: entry}`` for ``app.conf.beat_schedule``; empty when no MediaWiki is configured."""
+    if not settings.api_url:
+        return {}
+    message = PollMediaWiki(job_id=SCHEDULED_POLL_JOB)
+    return {
+        "ragbot-poll-mediawiki": {
+            "task": POLL_MEDIAWIKI_TASK,
+            "schedule": settings.poll_interval_s,
+            "kwargs": {"message": message.model_dump(mode="json")},
+            # A poll not started within one interval is superseded by the next one.
+            "options": {"queue": queue, "expires": settings.poll_interval_s},
+        }
+    }

@@ -14,6 +14,7 @@ DELETE_PAGE_TASK = "embedder.delete_page"
 INDEX_PAGES_TASK = "embedder.index_pages"
 DROP_GENERATION_TASK = "embedder.drop_generation"
 RECONCILE_WIKI_TASK = "embedder.reconcile_wiki"
+POLL_MEDIAWIKI_TASK = "embedder.poll_mediawiki"
 
 
 class IndexPage(BaseModel):
@@ -66,6 +67,14 @@ class DropGeneration(BaseModel):
     v: Literal[1] = 1
     job_id: str
     generation: str
+    request_id: str | None = None
+
+
+class PollMediaWiki(BaseModel):
+    """Poll the configured MediaWiki (``RAGBOT_MEDIAWIKI_*``) once: Celery beat sends it every interval."""
+
+    v: Literal[1] = 1
+    job_id: str
     request_id: str | None = None
 
 
