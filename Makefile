@@ -12,9 +12,11 @@ ES_PORT ?= 9250
 MW_PORT ?= 8480
 MW_ADMIN_USER ?= Admin
 MW_ADMIN_PASSWORD ?= ragbot-test-admin-password
+MW_BOT_APP ?= ragbot
+MW_BOT_PASSWORD ?= ragbottestbotpassword0123456789ab
 PYTEST_ARGS ?=
 LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
-export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD
+export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD MW_BOT_APP MW_BOT_PASSWORD
 
 .PHONY: help setup deps run test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
@@ -41,6 +43,7 @@ test: setup deps ## start real Redis + Elasticsearch + MediaWiki, run every test
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
 	RAGBOT_TEST_MEDIAWIKI_URL="http://127.0.0.1:$(MW_PORT)" \
 	RAGBOT_TEST_MEDIAWIKI_USER="$(MW_ADMIN_USER)" RAGBOT_TEST_MEDIAWIKI_PASSWORD="$(MW_ADMIN_PASSWORD)" \
+	RAGBOT_TEST_MEDIAWIKI_BOT_USER="$(MW_ADMIN_USER)@$(MW_BOT_APP)" RAGBOT_TEST_MEDIAWIKI_BOT_PASSWORD="$(MW_BOT_PASSWORD)" \
 	RAGBOT_TEST_MEDIAWIKI_CONFIG="$$(bash scripts/services.sh mw-config)" \
 		$(UV) run pytest $(PYTEST_ARGS)
 

@@ -24,6 +24,9 @@
 #   MW_PORT               MediaWiki (Debian's package, PHP's built-in server) on 127.0.0.1 [8480]
 #   MW_ADMIN_USER         the wiki's admin account [Admin]
 #   MW_ADMIN_PASSWORD     its password [ragbot-test-admin-password]
+#   MW_BOT_APP            a bot password for the admin, login name <admin>@<app> [ragbot]
+#   MW_BOT_PASSWORD       its password: 32+ characters of [0-9a-w], as MediaWiki requires
+#                         [ragbottestbotpassword0123456789ab]
 #   MW_WORKERS            PHP built-in server workers (ragbot may call back while the wiki waits) [4]
 #   HELM_VERSION          helm built by `deps` for tests/unit/test_helm_chart.py [v3.22.0]
 #   RAGBOT_RUN_DIR        pid files, logs and data [root: /var/cache/ragbot/run; else <cache>/run]
@@ -37,6 +40,8 @@ RAGBOT_SERVICES=${RAGBOT_SERVICES:-"redis es"}
 MW_PORT=${MW_PORT:-8480}
 MW_ADMIN_USER=${MW_ADMIN_USER:-Admin}
 MW_ADMIN_PASSWORD=${MW_ADMIN_PASSWORD:-ragbot-test-admin-password}
+MW_BOT_APP=${MW_BOT_APP:-ragbot}
+MW_BOT_PASSWORD=${MW_BOT_PASSWORD:-ragbottestbotpassword0123456789ab}
 MW_WORKERS=${MW_WORKERS:-4}
 MW_HOME=/usr/share/mediawiki
 REDIS_PORT=${REDIS_PORT:-6390}
@@ -466,6 +471,12 @@ mw_install() {
 \$wgMainCacheType = CACHE_DB;
 \$wgSessionCacheType = CACHE_DB;
 EOF
+    MW_CONFIG_FILE="$dir/LocalSettings.php" php "$MW_HOME/maintenance/createBotPassword.php" --appid "$MW_BOT_APP" \
+        --grants basic,highvolume,editpage,createeditmovepage,delete "$MW_ADMIN_USER" "$MW_BOT_PASSWORD" \
+        >>"$dir/install.log" 2>&1 || {
+        tail -n 10 "$dir/install.log" >&2
+        die "mediawiki: createBotPassword.php failed (log: $dir/install.log)"
+    }
 }
 
 mw_up() {

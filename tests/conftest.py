@@ -102,6 +102,15 @@ def mediawiki_url() -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def mediawiki_bot() -> tuple[str, str]:
+    """The test wiki's bot password login (``Admin@ragbot``), made by scripts/services.sh."""
+    return (
+        os.environ.get("RAGBOT_TEST_MEDIAWIKI_BOT_USER", "Admin@ragbot"),
+        os.environ.get("RAGBOT_TEST_MEDIAWIKI_BOT_PASSWORD", "ragbottestbotpassword0123456789ab"),
+    )
+
+
 @pytest.fixture
 def wiki(mediawiki_url: str) -> Iterator[WikiSession]:
     """An admin-logged-in session on the test wiki with a title prefix of its own; its pages go at the end."""

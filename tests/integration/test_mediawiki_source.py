@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from support.mediawiki import WikiSession
 
+from ragbot.errors import SourceRefused
 from ragbot.messaging.wiki_poll import cursor_key, poll_wiki
 from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK, DeletePage, IndexPage
 from ragbot.settings import MediaWikiSettings
@@ -150,3 +151,23 @@ async def test_polling_follows_create_edit_move_delete_and_restore(
         assert page_id not in sender.indexed, "a page moved out of the indexed namespaces leaves the index"
     finally:
         await redis_client.delete(key)
+
+
+async def test_a_bot_password_logs_in_and_a_wrong_one_is_refused(
+    wiki: WikiSession, mediawiki_bot: tuple[str, str]
+) -> None:
+    user, password = mediawiki_bot
+    client = MediaWikiApi(MediaWikiSettings(api_url=wiki.api_url, user=user, password=SecretStr(password)))
+    await client.start()
+    try:
+        created = wiki.edit(wiki.title("בוט"), "תוכן לבוט.")
+        page = await client.page(page_id=created["pageid"])
+        assert page is not None and page.revision_id == created["newrevid"]
+    finally:
+        await client.close()
+    wrong = MediaWikiApi(
+        MediaWikiSettings(api_url=wiki.api_url, user=user, password=SecretStr("a" * 32)),
+    )
+    with pytest.raises(SourceRefused, match="login"):
+        await wrong.start()
+    await wrong.close()
