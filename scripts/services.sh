@@ -5,7 +5,8 @@
 #   scripts/services.sh down     stop what `up` started (pid files in the run dir), nothing else
 #   scripts/services.sh status   say what answers and what `up` started
 #   scripts/services.sh deps     install what is missing (redis, curl, unzip, JDK 17, promtool, chromium,
-#                                helm: built with `go install` into <cache>/bin, where the tests find it)
+#                                mediawiki with php, helm: built with `go install` into <cache>/bin,
+#                                where the tests find it)
 #   scripts/services.sh mw-config  print the LocalSettings.php of this run's wiki (for maintenance scripts:
 #                                MW_CONFIG_FILE=<it> php /usr/share/mediawiki/maintenance/runJobs.php)
 #   scripts/services.sh es-env   install Elasticsearch if missing and print where it is (KEY=value lines:
@@ -575,8 +576,9 @@ deps() {
     need_cmd chromium chromium
     need_cmd chromedriver chromium-driver
     es_need_java >/dev/null
+    mw_need
     helm_install
-    log "deps: redis-server, redis-cli, curl, unzip, promtool, chromium, chromedriver, a JDK and helm are present"
+    log "deps: redis-server, redis-cli, curl, unzip, promtool, chromium, chromedriver, a JDK, MediaWiki with PHP and helm are present"
 }
 
 for_each() {
@@ -605,7 +607,7 @@ main() {
     es-env) es_env ;;
     mw-config) echo "$(mw_dir)/LocalSettings.php" ;;
     *)
-        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
         exit 2
         ;;
     esac
