@@ -25,7 +25,8 @@ from ragbot.messaging.wiki_poll import cursor_key, poll_beat_schedule
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobState
-from ragbot.schemas.messages import POLL_MEDIAWIKI_TASK, PollMediaWiki
+from ragbot.schemas.messages import POLL_MEDIAWIKI_TASK, IndexPage, PollMediaWiki
+from ragbot.schemas.pages import Page
 from ragbot.settings import MediaWikiSettings, StoreSettings
 from ragbot.sources.mediawiki import MediaWikiApi
 from ragbot.sources.wiki import WikiPageSource
@@ -98,8 +99,14 @@ async def test_a_polled_wiki_keeps_the_store_in_step(
         title = wiki.title("סנכרון")
         created = wiki.edit(title, "== זכאות ==\nגרסה ראשונה של הדף.")
         page_id = created["pageid"]
+        pushed = Page(
+            page_id=9_000_001, revision_id=5, title="נדחף", content="דף שנדחף ולא מהוויקי.", source="push"
+        )
+        pushed_command = IndexPage(job_id="push", page_id=pushed.page_id, revision_id=5, page=pushed)
+        assert (await service.index_page(ctx=ctx, command=pushed_command)).state == JobState.done
         await poll()
         assert details[-1].startswith("full sync"), "the first poll (no cursor) is a full sync"
+        assert await store.page_state(page_id=pushed.page_id) is not None, "a full sync removes nothing"
         state = await store.page_state(page_id=page_id)
         assert state is not None and state.revision_id == created["newrevid"]
         assert "גרסה ראשונה" in await text_of(page_id)

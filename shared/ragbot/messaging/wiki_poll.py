@@ -1,6 +1,7 @@
 """One poll of a MediaWiki: read what changed since the Redis-kept cursor, queue index and delete commands.
 
-The first poll (no cursor yet) is a full sync from the wiki's page list; later ones read recent changes
+The first poll (no cursor yet) is a full sync from the wiki's page list (it indexes what is missing or
+older; removing what the list lacks is reconcile's job, behind its guard); later ones read recent changes
 and look every touched page up again, so edits, new pages, deletes, moves (with or without a redirect,
 into or out of the indexed namespaces) and restores all reduce to "index this page" or "delete it".
 Pages are fetched here and sent inline (``embedder.index_page``); the embedder skips a revision that is
@@ -84,10 +85,9 @@ async def plan_poll(
     """Decide one poll: a full sync without a cursor, else the pages recent changes touched."""
     if cursor is None:
         start = await api.latest_cursor()  # taken first: changes made during the sync are read next time
+        # Only listed pages: indexed pages the list lacks may come from pushes or uploads, so removing
+        # them is left to reconcile and its guard (RAGBOT_INGEST_WIKI_LIST_URL).
         states = await api.all_pages()
-        listed = {s.page_id for s in states}
-        unlisted = [page_id for page_id in indexed if page_id not in listed]
-        states = [*states, *(await api.states(page_ids=unlisted))] if unlisted else states
         to_index, to_delete = plan_pages(states, indexed=indexed, namespaces=namespaces)
         return PollPlan(index=to_index, delete=to_delete, cursor=start, full_sync=True)
     changes = await api.changes(since=cursor)
