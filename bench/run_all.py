@@ -38,6 +38,8 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "security": [py, "bench/security.py"],
         "operations": [py, "bench/operations.py"],
         "hebrew": [py, "bench/hebrew.py"],  # parts whose data is missing fail and say so
+        # make test-compose's run: image sizes, cold and warm builds, compose up and the smoke's timings
+        "containers": [py, "scripts/compose_stack.py", "all"],
     }
     if data is not None:
         reranker = ROOT / "var" / "models" / "scifact-reranker"

@@ -183,6 +183,8 @@ def slim(rootfs: Path) -> None:
     ):
         shutil.rmtree(rootfs / folder, ignore_errors=True)
         (rootfs / folder).mkdir(parents=True, exist_ok=True)
+    for section in range(1, 9):  # JDK and other postinst scripts link their man pages into these
+        (rootfs / "usr" / "share" / "man" / f"man{section}").mkdir()
     (rootfs / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True)
     (rootfs / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True)
     for doc in (rootfs / "usr" / "share" / "doc").glob("*"):

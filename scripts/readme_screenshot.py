@@ -4,8 +4,10 @@ Usage, with ``make run`` up in another terminal::
 
     uv run python scripts/readme_screenshot.py [--chat http://127.0.0.1:8003] [--out docs/images/chat.png]
 
-It opens the chat page, asks one Hebrew and one English question in one conversation, waits for each
-streamed answer to finish, prints each answer's text and seconds, and saves the screen.
+It opens the chat page in Hebrew (``/?lang=he``, the README shows the Hebrew UI), asks one Hebrew and
+one English question in one conversation, waits for each streamed answer to finish, prints each
+answer's text and seconds, and saves the screen. The browser tests write the same picture from their
+own stack with ``RAGBOT_UI_README_SCREENSHOT=1`` (tests/browser/test_ui_i18n_browser.py).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def main() -> None:
     service = Service(os.environ.get("RAGBOT_TEST_CHROMEDRIVER", "/usr/bin/chromedriver"))
     driver = webdriver.Chrome(options=options, service=service)
     try:
-        driver.get(args.chat.rstrip("/") + "/")
+        driver.get(args.chat.rstrip("/") + "/?lang=he")  # the switch: a cookie, then the page again
         WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "question").is_displayed())
         for question in QUESTIONS:
             text, seconds = ask(driver, question)

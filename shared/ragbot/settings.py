@@ -109,6 +109,18 @@ class SourceSettings(BaseSettings):
     allowed_callback_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost"])
     max_page_bytes: int = 5 * 1024 * 1024
     fetch_timeout_s: float = 10.0
+    # The wiki's page list, read by reconcile (``ragbot.messaging.reconcile``): MediaWiki's
+    # ``api.php?action=query&list=allpages...`` or ChatbotRagContent's GetRelevantPageIds JSON served
+    # over HTTP. Unset: delete pings (page id 0) and the scheduled reconcile have nothing to compare.
+    wiki_list_url: str | None = None
+    # Content API base for listed pages the index lacks (else the delete ping's callback_url).
+    wiki_callback_url: str | None = None
+    # Delete pings within this window share one reconcile, which runs this long after the first.
+    delete_reconcile_delay_s: float = Field(default=5.0, ge=0.0, le=3600.0)
+    # The safety net: reconcile against the page list this often (Celery beat; 0 turns it off).
+    reconcile_interval_s: float = Field(default=3600.0, ge=0.0)
+    # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
+    reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
 class IngestSettings(SourceSettings):
@@ -124,8 +136,6 @@ class IngestSettings(SourceSettings):
     # Bulk reindex: largest JSONL body, most pages in one reindex (body lines or wiki listing).
     max_reindex_bytes: int = 2 * 1024 * 1024 * 1024
     max_reindex_pages: int = Field(default=1_000_000, ge=1)
-    # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
-    reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
 
 
 class WorkerSettings(BaseSettings):
@@ -142,6 +152,9 @@ class WorkerSettings(BaseSettings):
     queue: str = "ragbot.index"
     # Markdown link targets in paragraphs: "drop" keeps the link text only (targets are ~45% of the
     # characters of Kol-Zchut pages and waste the token budget), "keep" stores them as sent.
+    # Run Celery beat inside this worker (the scheduled reconcile, ragbot.messaging.reconcile_schedule):
+    # turn it on in exactly one worker of a deployment.
+    beat: bool = False
     link_targets: Literal["drop", "keep"] = "drop"
     # Pages indexed together (embedder.index_pages) are embedded in shared batches of at most this
     # many paragraphs per (model, field), then written page by page.
@@ -446,6 +459,18 @@ class ClientSettings(BaseSettings):
         return {"Authorization": f"Bearer {self.api_key.get_secret_value()}"} if self.api_key else {}
 
 
+UiLanguage = Literal["he", "en"]
+
+
+class UiSettings(BaseSettings):
+    """The web UI's language when the reader has not chosen one with the page's switch: ``language``
+    (``auto``: the browser's ``Accept-Language``) and the one used when the browser asks for neither."""
+
+    model_config = _config("RAGBOT_UI_")
+    language: Literal["auto", "he", "en"] = "auto"
+    fallback_language: UiLanguage = "en"
+
+
 class ObservabilitySettings(BaseSettings):
     """Logging and metrics shared by every process."""
 
@@ -584,6 +609,12 @@ def get_observability_settings() -> ObservabilitySettings:
 
 
 @lru_cache
+def get_ui_settings() -> UiSettings:
+    """The web UI's language settings (``RAGBOT_UI_*``), read once per process."""
+    return UiSettings()
+
+
+@lru_cache
 def get_tracing_settings() -> TracingSettings:
     """Tracing settings (``OTEL_*``), read once per process."""
     return TracingSettings()
@@ -607,5 +638,6 @@ def clear_settings_caches() -> None:
         get_tracing_settings,
         get_auth_settings,
         get_client_settings,
+        get_ui_settings,
     ):
         factory.cache_clear()

@@ -4,7 +4,6 @@ listed, a failed job retried, and the admin page's retrieval debug and config ed
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
@@ -19,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
-from support.ui_stack import FAILING_PAGE_ID, ROOT, SCREENSHOTS, WINDOW, UiStack
+from support.ui_stack import FAILING_PAGE_ID, SCREENSHOTS, WINDOW, UiStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.usefixtures("shot")]
 
@@ -27,7 +26,6 @@ ANSWER_TIMEOUT_S = 180.0
 JOB_TIMEOUT_S = 180.0
 QUESTION = "Who is exempt from income tax?"
 HEBREW_QUESTION = "מי זכאי לפטור ממס הכנסה?"
-README_SCREENSHOT = ROOT / "docs" / "images" / "chat.png"
 _T = TypeVar("_T")
 
 
@@ -143,10 +141,6 @@ def test_an_english_question_streams_an_answer_with_source_pills_and_takes_feedb
     comment.send_keys("Clear and sourced.")
     answer.find_element(By.CSS_SELECTOR, ".comment-form button[type=submit]").click()
     wait_for(driver, lambda d: "comment saved" in status.text, timeout_s=20, what="the comment to be saved")
-
-    if os.environ.get("RAGBOT_UI_README_SCREENSHOT") == "1" or not README_SCREENSHOT.exists():
-        README_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(README_SCREENSHOT))
 
 
 def test_a_hebrew_conversation_is_laid_out_right_to_left_also_at_phone_width(

@@ -3,6 +3,7 @@ over real HTTP with real Redis and real retrieval; the LLM is a scripted fake.""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,11 +20,16 @@ from ragbot.ports import ChatMessage
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 QUERY = "מי זכאי לפטור ממס הכנסה?"
+CITING = "מה הפטור ממס הכנסה לעיוורים ולנכים?"
+# What a real model wrote: paragraph numbers, several on one page, one that is no document at all.
+CITING_ANSWER = "זכאים [2] וגם [3], ראו [4][5] או [99]."
 
 
 def script(messages: Sequence[ChatMessage]) -> str:
     if "שאילתה עצמאית" in messages[-1].content:
         return "פטור ממס לעיוורים"
+    if CITING in messages[-1].content:
+        return CITING_ANSWER
     return "לפי המקורות [1]."
 
 
@@ -85,6 +91,42 @@ def test_retrieval_knobs_from_the_testing_page(http: httpx.Client, server: ChatS
     first_page = sources[0]["page_id"]
     paragraphs = [s["paragraph"] for s in sources if s["page_id"] == first_page]
     assert paragraphs == sorted(paragraphs) and len(paragraphs) > 3
+
+
+def test_each_citation_numbers_the_docs_the_client_receives(http: httpx.Client) -> None:
+    body = {"query": CITING, "include_debug_data": True, "send_complete_pages_to_llm": True}
+    response = http.post("/search", json=body)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    urls = [d["url"] for d in body["docs"]]
+    by_index = {s["index"]: s for s in body["debug_data"]["sources"]}
+    assert {2, 3, 4, 5} <= set(by_index), "the retriever should hand the model at least five paragraphs"
+    expected = CITING_ANSWER
+    for n in (2, 3, 4, 5):
+        expected = expected.replace(f"[{n}]", f"<{urls.index(by_index[n]['url']) + 1}>")
+    expected = re.sub(r"<(\d+)>(?:<\1>)+", r"<\1>", expected).replace("<", "[").replace(">", "]")
+    assert body["gpt_result"] == expected
+    cited = [int(n) for n in re.findall(r"\[(\d+)\]", body["gpt_result"]) if n != "99"]
+    assert cited and all(1 <= n <= len(body["docs"]) for n in cited), (cited, len(body["docs"]))
+
+
+def test_a_null_the_php_forwards_never_erases_an_earlier_rating(http: httpx.Client) -> None:
+    conversation_id = search(http)["conversation_id"]
+
+    def rate(like: bool | None, free_text: str | None) -> dict[str, Any]:
+        # KZChatbot's ApiKZChatbotRateAnswer forwards all three fields, null for what the user left out.
+        body = {"free_text": free_text, "conversation_id": conversation_id, "like": like}
+        response = http.post("/rating", json=body)
+        assert response.status_code == 200, response.text
+        return {k: response.json()[k] for k in ("like", "free_text")}
+
+    assert rate(False, None) == {"like": False, "free_text": None}
+    assert rate(None, "התשובה לא ברורה") == {"like": False, "free_text": "התשובה לא ברורה"}
+    answer_id_only = http.post("/rating", json={"conversation_id": conversation_id})
+    assert answer_id_only.json()["like"] is False and answer_id_only.json()["free_text"] == "התשובה לא ברורה"
+    # the widget's un-press sends {answerId, like: null}: the PHP forwards it with free_text null
+    assert rate(None, None) == {"like": None, "free_text": "התשובה לא ברורה"}
+    assert rate(True, None) == {"like": True, "free_text": "התשובה לא ברורה"}
 
 
 def test_rating_records_likes_and_unknown_conversations_are_404(

@@ -134,7 +134,8 @@ def test_rating_in_the_query_string_form_with_no_body(http: httpx.Client, server
         assert response.status_code == 200, response.text
         stored = stored_message(server, conversation_id)
         assert stored is not None and stored["rating"] == rating
-    assert stored is not None and stored["comment"] is None
+    # no free_text never erases the comment; no score withdraws the rating
+    assert stored is not None and stored["comment"] == "לא מדויק"
     headers = {"Content-Type": "application/json"}
     empty = http.post("/rating", params={"thread_id": conversation_id, "score": "2"}, headers=headers)
     assert empty.status_code == 200 and empty.json()["like"] is True

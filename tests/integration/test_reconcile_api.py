@@ -33,15 +33,26 @@ from ragbot.definition import parse_definition
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import TaskSender, create_celery_app, queue_keys
+from ragbot.messaging.reconcile_trigger import ReconcileTrigger
+from ragbot.messaging.reindex import WikiLister
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import SearchStore
 from ragbot.schemas.jobs import JobKind, JobState
-from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGES_TASK, DeletePage, IndexPages, PageRef
+from ragbot.schemas.messages import (
+    DELETE_PAGE_TASK,
+    INDEX_PAGES_TASK,
+    RECONCILE_WIKI_TASK,
+    DeletePage,
+    IndexPages,
+    PageRef,
+    ReconcileWiki,
+)
 from ragbot.settings import IngestSettings, RedisSettings, StoreSettings, WorkerSettings
 from ragbot.sources.wiki import WikiPageSource
 from ragbot.stores import build_store
 from ragbot.stores.elasticsearch import ElasticsearchStore
 from ragbot_embedder import service
+from ragbot_embedder.reconcile import reconcile_wiki
 from ragbot_embedder.tasks import TaskRunner
 from ragbot_ingest.app import create_app
 from ragbot_ingest.deps import Resources
@@ -63,6 +74,7 @@ QUEUE = "ragbot.index"
 HANDLERS: dict[str, tuple[type[BaseModel], Any]] = {
     INDEX_PAGES_TASK: (IndexPages, service.index_pages),
     DELETE_PAGE_TASK: (DeletePage, service.delete_page),
+    RECONCILE_WIKI_TASK: (ReconcileWiki, reconcile_wiki),
 }
 
 
@@ -90,6 +102,7 @@ class Stack:
     redis_settings: RedisSettings
     loop: asyncio.AbstractEventLoop
     settings: WorkerSettings
+    ingest_settings: IngestSettings
 
     async def contexts_for(self, command: object) -> list[service.IndexingContext]:
         """The one context a command runs in (no index generations here), as the worker's ``Runtime``."""
@@ -130,7 +143,7 @@ class Stack:
                 runtime=lambda: cast(Any, self),
                 settings=self.settings,
             )
-            assert runner(cast(Any, FakeTask(0)), message) == JobState.done.value
+            assert runner(cast(Any, FakeTask(0)), message) in (JobState.done.value, JobState.skipped.value)
             names.append(name)
         return names
 
@@ -172,8 +185,13 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     settings = store_settings(request.param, request, tmp_path, f"test_{uuid.uuid4().hex[:12]}")
     redis_settings = RedisSettings(url=redis_url, key_prefix=prefix)
+    wiki = FakeWiki()
     ingest_settings = IngestSettings(
-        allowed_callback_hosts=["127.0.0.1"], reindex_batch_pages=2, reconcile_max_remove_share=0.25
+        allowed_callback_hosts=["127.0.0.1"],
+        reindex_batch_pages=2,
+        reconcile_max_remove_share=0.25,
+        wiki_list_url=wiki.list_url,
+        delete_reconcile_delay_s=30.0,
     )
 
     @asynccontextmanager
@@ -187,6 +205,7 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
                 jobs=JobStore(redis=redis, key_prefix=prefix, ttl_s=3600),
                 sender=sender,
                 store=store,
+                trigger=ReconcileTrigger(redis=redis, key_prefix=prefix),
             )
         finally:
             sender.close()
@@ -208,8 +227,9 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
         metrics=worker_metrics(CollectorRegistry()),
         max_tokens=512,
         batch_max_paragraphs=16,
+        lister=WikiLister(allowed_hosts=["127.0.0.1"], timeout_s=5.0, max_pages=10_000),
     )
-    wiki = FakeWiki().start()
+    wiki.start()
     loop.run_until_complete(store.ensure_ready())
     try:
         with TestClient(create_app(resources=resources)) as client:
@@ -223,6 +243,7 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
                 redis_settings=redis_settings,
                 loop=loop,
                 settings=WorkerSettings(max_retries=0),
+                ingest_settings=ingest_settings,
             )
     finally:
         wiki.stop()
@@ -298,9 +319,11 @@ def test_a_truncated_list_trips_the_guard_and_changes_nothing(stack: Stack) -> N
     stack.index(range(1, 11))
     response = reconcile(stack, listing=[1, 2, 3])
     assert response.status_code == 409, response.text
-    assert "7 of 10" in response.json()["detail"] and "truncated" in response.json()["detail"]
+    detail = response.json()["detail"]
+    assert "7 of 10" in detail and "page ids 4, 5, 6, 7, 8, 9, 10." in detail and '"force": true' in detail
     dry = reconcile(stack, listing=[1, 2, 3], dry_run=True)
-    assert dry.status_code == 409  # a dry run says the same before anything runs
+    assert dry.status_code == 200  # a dry run shows the plan and the guard's word on it
+    assert dry.json()["remove"] == list(range(4, 11)) and dry.json()["guard"] == detail
     assert stack.queued() == [] and len(stack.indexed()) == 10
     assert stack.run(stack.jobs.list_by_state(state=JobState.running)) == []
 
@@ -342,3 +365,60 @@ def test_the_cli_prints_the_plan_follows_the_job_and_exits_3_on_the_guard(
         assert "will remove: 2: 9 10" in capsys.readouterr().out
     stack.work()
     assert stack.indexed() == {**{p: 1 for p in range(1, 9)}, 11: 2}
+
+
+def delete_ping(stack: Stack) -> Any:
+    """ChatbotRagContent's delete ping, as the real extension sends it (no page named)."""
+    body = {"page_id": 0, "revision_id": 0, "revision_date": False, "callback_url": stack.wiki.callback_url}
+    return stack.client.post("/v1/pages/changed", json=body)
+
+
+def test_a_burst_of_delete_pings_runs_one_reconcile_that_removes_the_deleted_pages(stack: Stack) -> None:
+    stack.index(range(1, 11))
+    stack.wiki.remove(3)
+    stack.wiki.remove(7)
+    first = delete_ping(stack)
+    assert first.status_code == 202, first.text
+    answer = first.json()
+    assert answer["action"] == "reconcile" and answer["reconcile_in_s"] == 30.0 and answer["job_id"]
+    assert stack.wiki.list_url in answer["detail"]
+    later = [delete_ping(stack).json() for _ in range(4)]
+    assert {a["job_id"] for a in later} == {answer["job_id"]} and {a["reconcile_in_s"] for a in later} == {
+        None
+    }
+    assert stack.work() == [RECONCILE_WIKI_TASK]  # one reconcile for the burst
+    assert stack.indexed() == {p: 1 for p in range(1, 11) if p not in (3, 7)}
+    record = stack.run(stack.jobs.get(job_id=answer["job_id"]))
+    assert record is not None and record.state is JobState.done
+    assert record.detail is not None and "removed 2 (3, 7)" in record.detail
+
+
+def test_a_reconcile_after_a_delete_ping_that_would_remove_too_much_names_the_pages(stack: Stack) -> None:
+    stack.index(range(1, 11))
+    for page_id in range(4, 11):  # the list now names 3 of 10: truncated, or a mass delete?
+        stack.wiki.remove(page_id)
+    job_id = delete_ping(stack).json()["job_id"]
+    assert stack.work() == [RECONCILE_WIKI_TASK]
+    assert len(stack.indexed()) == 10
+    record = stack.run(stack.jobs.get(job_id=job_id))
+    assert record is not None and record.state is JobState.skipped and record.detail is not None
+    assert "page ids 4, 5, 6, 7, 8, 9, 10." in record.detail and '"force": true' in record.detail
+
+
+def test_the_delete_ping_needs_page_id_0_with_revision_0_and_says_so_without_a_page_list(
+    stack: Stack,
+) -> None:
+    bad = {"page_id": 0, "revision_id": 5, "revision_date": False, "callback_url": stack.wiki.callback_url}
+    refused = stack.client.post("/v1/pages/changed", json=bad)
+    assert refused.status_code == 422 and "page ids start at 1" in refused.text
+    undated = {
+        "page_id": 4,
+        "revision_id": 5,
+        "revision_date": False,
+        "callback_url": stack.wiki.callback_url,
+    }
+    assert stack.client.post("/v1/pages/changed", json=undated).status_code == 422
+    stack.ingest_settings.wiki_list_url = None
+    answer = delete_ping(stack)
+    assert answer.status_code == 202 and answer.json()["action"] == "nothing"
+    assert "RAGBOT_INGEST_WIKI_LIST_URL" in answer.json()["detail"] and stack.queued() == []

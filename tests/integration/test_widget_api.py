@@ -271,11 +271,18 @@ def test_rate_then_rate_again_with_text_last_write_wins(http: httpx.Client, serv
     assert saved["rating"] == "down" and saved["comment"] == "לא עזר" and saved["answer"] == ANSWER
     [entry] = [e for e in http.get("/v1/feedback").json()["entries"] if e["message_id"] == answer_id]
     assert (entry["rating"], entry["comment"], entry["answer"]) == ("down", "לא עזר", ANSWER)
-    # a field left out keeps its value; one sent replaces it (null withdraws the like)
+    # a field left out keeps its value; one sent replaces it
     text_only = http.post("/kzchatbot/v0/rate", json={"answerId": answer_id, "text": "התשובה לא ברורה"})
     assert text_only.json() == {"answerId": answer_id, "like": False, "text": "התשובה לא ברורה"}
+    # a follow-up text whose like is null (the widget lost its state) keeps the like; a null text
+    # keeps the text
+    follow_up = http.post("/kzchatbot/v0/rate", json={"answerId": answer_id, "like": None, "text": "עוד"})
+    assert follow_up.json() == {"answerId": answer_id, "like": False, "text": "עוד"}
+    kept = http.post("/kzchatbot/v0/rate", json={"answerId": answer_id, "like": False, "text": None})
+    assert kept.json() == {"answerId": answer_id, "like": False, "text": "עוד"}
+    # the widget's own withdraw (Rate.tsx un-press): {like: null, answerId}
     withdrawn = http.post("/kzchatbot/v0/rate", json={"conversation_id": answer_id, "like": None})
-    assert withdrawn.json() == {"answerId": answer_id, "like": None, "text": "התשובה לא ברורה"}
+    assert withdrawn.json() == {"answerId": answer_id, "like": None, "text": "עוד"}
     assert record(server, answer_id)["rating"] is None
 
 

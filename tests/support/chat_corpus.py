@@ -61,25 +61,27 @@ def sample_pages(count: int = SAMPLE_PAGES) -> list[Page]:
     return [Page.from_wiki_content(r) for r in records[:count]]
 
 
-async def build_sample_store(path: Path, *, count: int = SAMPLE_PAGES) -> list[Page]:
-    """Index the sample pages into an embedded store file; returns the pages written."""
+async def build_sample_store(
+    path: Path, *, count: int = SAMPLE_PAGES, pages: list[Page] | None = None
+) -> list[Page]:
+    """Index the sample pages (or ``pages``) into an embedded store file; returns the pages written."""
     definition = sample_definition()
     embedder = e5()
     store = EmbeddedStore(
         path=path, definition=definition, dimensions={f"content_{MODEL}_vectors": embedder.dimension}
     )
     await store.ensure_ready()
-    pages = sample_pages(count)
+    written = pages if pages is not None else sample_pages(count)
     # Link targets kept: the browser tests' English queries find these Hebrew pages by the English
     # words of their links' targets (what a deployment with RAGBOT_WORKER_LINK_TARGETS=keep stores).
     split = SplitOptions(max_tokens=MAX_TOKENS, link_targets="keep")
     pipeline = IndexingPipeline(definition=definition, embedders={MODEL: embedder}, split=split)
     try:
-        for page in pages:
+        for page in written:
             await pipeline.index([page], store=store)
     finally:
         await store.close()
-    return pages
+    return written
 
 
 @asynccontextmanager

@@ -94,6 +94,8 @@ def test_the_guard_refuses_a_truncated_list_unless_forced() -> None:
     with pytest.raises(ReconcileRefused) as info:
         check_guard(truncated, max_remove_share=0.2, force=False)
     assert "71 of 100" in str(info.value) and "truncated" in str(info.value)
+    named = ", ".join(str(p) for p in range(30, 80))
+    assert f"page ids {named} and 21 more." in str(info.value) and '"force": true' in str(info.value)
     check_guard(truncated, max_remove_share=0.2, force=True)
     empty = plan_reconcile(listed={}, indexed=indexed)
     with pytest.raises(ReconcileRefused):

@@ -27,7 +27,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ragbot.chat.admission import Slot
-from ragbot.chat.citations import unique_pages
+from ragbot.chat.citations import StreamedNumbers, number_by_page, unique_pages
 from ragbot.chat.events import (
     ChatRequest,
     DoneEvent,
@@ -36,6 +36,7 @@ from ragbot.chat.events import (
     SourcesEvent,
     TokenEvent,
 )
+from ragbot.chat.feedback import merge_feedback
 from ragbot.chat.kolzchut import (
     SEARCH_STREAM_EVENTS,
     DocLink,
@@ -53,7 +54,6 @@ from ragbot.chat.kolzchut import (
     page_plan,
     rating_from_query,
 )
-from ragbot.chat.schemas import Rating
 from ragbot.chat.sessions import new_id
 from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
 from ragbot.http.limits import rate_limit
@@ -169,7 +169,9 @@ def search_payload(
     assert done is not None
     if done.abstained:
         docs = []
-    payload: dict[str, Any] = {"gpt_result": done.answer, "docs": docs, "conversation_id": conversation_id}
+    # The client shows ``docs`` (one per page): each [n] is renumbered to its page's place there.
+    answer = number_by_page(done.answer, sources.sources if sources else [])
+    payload: dict[str, Any] = {"gpt_result": answer, "docs": docs, "conversation_id": conversation_id}
     if body.include_debug_data:
         debug = sources.debug if sources else {}
         rewrite = debug.get("rewrite") or {}
@@ -254,9 +256,11 @@ async def kolzchut_search_stream(
 
     async def chunks() -> AsyncIterator[bytes]:
         sources: SourcesEvent | None = None
+        numbers = StreamedNumbers([])
         async for event in events:
             if isinstance(event, SourcesEvent):
                 sources = event
+                numbers = StreamedNumbers(event.sources)
                 debug = event.debug if body.include_debug_data else {}
                 rewrite = debug.get("rewrite") or {}
                 first = StreamSources(
@@ -267,8 +271,12 @@ async def kolzchut_search_stream(
                 )
                 yield sse("sources", first.model_dump(mode="json"))
             elif isinstance(event, TokenEvent):
-                yield sse("token", StreamToken(text=event.text).model_dump(mode="json"))
+                text = numbers.feed(event.text)  # [n] numbers docs, as in the done event
+                if text:
+                    yield sse("token", StreamToken(text=text).model_dump(mode="json"))
             else:
+                if rest := numbers.flush():
+                    yield sse("token", StreamToken(text=rest).model_dump(mode="json"))
                 status, payload = search_payload(
                     res=res,
                     body=body,
@@ -295,12 +303,23 @@ async def kolzchut_search_stream(
 
 
 async def kolzchut_rate(*, res: Resources, body: RatingRequest) -> dict[str, Any]:
-    """Record a like/dislike on a conversation (404 for unknown ids: the extension shows the status)."""
-    rating: Rating | None = None if body.like is None else ("up" if body.like else "down")
-    await record_feedback(
-        res=res, message_id=body.conversation_id, rating=rating, comment=body.free_text, channel="kolzchut"
+    """Record a like/dislike on a conversation (404 for unknown ids: the extension shows the status).
+
+    A ``null`` the PHP sends for a field the user did not give keeps the stored value
+    (``ragbot.chat.feedback.merge_feedback``); ``like: null`` with no text is the widget's withdraw."""
+    stored = await res.store.message(body.conversation_id)
+    rating, comment = merge_feedback(
+        stored_rating=stored.rating,
+        stored_comment=stored.comment,
+        like_sent="like" in body.model_fields_set,
+        like=body.like,
+        text=body.free_text,
     )
-    return {"conversation_id": body.conversation_id, "like": body.like, "free_text": body.free_text}
+    record = await record_feedback(
+        res=res, message_id=body.conversation_id, rating=rating, comment=comment, channel="kolzchut"
+    )
+    like = None if record.rating is None else record.rating == "up"
+    return {"conversation_id": body.conversation_id, "like": like, "free_text": record.comment}
 
 
 async def kolzchut_get_config(*, res: Resources) -> KolZchutConfig:

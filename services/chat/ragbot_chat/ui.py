@@ -5,7 +5,9 @@ The pages are chat ``/``, documents ``/documents`` and admin ``/admin``; the pro
 talk only to chat.
 
 The pages are plain HTML, JavaScript modules and CSS under ``static/`` (no build step, nothing from a
-CDN). The chat page uses the own API (``/v1/sessions``...) and the admin page the Kol-Zchut
+CDN), rendered in the reader's language (Hebrew or English: ``ragbot_chat.i18n``); ``?lang=he|en``
+remembers a reader's choice in a cookie and comes back to the page without it. The chat page uses the
+own API (``/v1/sessions``...) and the admin page the Kol-Zchut
 ``/get_config`` / ``/set_config`` routes directly; documents and retrieval debug go through
 ``/ui/api/ingest/...`` and ``/ui/api/retrieve``, which forward an allow-listed set of calls with httpx
 (uploads streamed through, not buffered: the ingest service enforces its own caps).
@@ -21,7 +23,7 @@ from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ragbot.errors import DependencyUnavailable, NotFound
@@ -29,8 +31,9 @@ from ragbot.http.auth import include_scoped
 from ragbot.http.limits import RATE_LIMITED
 from ragbot.observability.logging import get_request_id
 from ragbot.settings import AuthScope
-from ragbot_chat import signin
+from ragbot_chat import i18n, signin
 from ragbot_chat.deps import Resources, ResourcesDep
+from ragbot_chat.signin import UiSettingsDep
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = "/ui/static"
@@ -113,9 +116,24 @@ def get_proxy(request: Request) -> UiProxy:
 ProxyDep = Annotated[UiProxy, Depends(get_proxy)]
 
 
-def _page_route(filename: str, scope: AuthScope) -> Callable[[Request], Any]:
-    async def page(request: Request) -> Response:
-        return signin.page_or_signin(request, path=STATIC_DIR / filename, scope=scope, headers=PAGE_HEADERS)
+def switch_language(request: Request, lang: i18n.UiLanguage) -> Response:
+    """Remember the reader's language (a year, this site only) and show the page again without ``?lang``."""
+    response = RedirectResponse(request.url.path, status_code=303)
+    response.set_cookie(
+        i18n.COOKIE, lang, max_age=i18n.COOKIE_MAX_AGE_S, path="/", samesite="lax", httponly=True
+    )
+    return response
+
+
+def _page_route(filename: str, scope: AuthScope) -> Callable[..., Any]:
+    async def page(request: Request, ui_settings: UiSettingsDep) -> Response:
+        chosen = i18n.supported(request.query_params.get("lang"))
+        if chosen is not None:
+            return switch_language(request, chosen)
+        lang = i18n.choose_language(request, ui_settings)
+        headers = {**PAGE_HEADERS, "Vary": "Accept-Language, Cookie"}  # a cache keeps each language apart
+        path = STATIC_DIR / filename
+        return signin.page_or_signin(request, path=path, scope=scope, headers=headers, lang=lang)
 
     page.__doc__ = f"The web UI page {filename} (or the sign-in form)."
     return page

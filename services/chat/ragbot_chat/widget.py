@@ -27,8 +27,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ragbot.chat.feedback import merge_feedback
 from ragbot.chat.kolzchut import SearchRequest
-from ragbot.chat.schemas import Rating
 from ragbot.chat.widget import (
     MESSAGES,
     DocLink,
@@ -147,20 +147,21 @@ async def widget_question(*, res: Resources, body: QuestionRequest, client_ip: s
 
 
 async def widget_rate(*, res: Resources, body: RateRequest) -> RateResult:
-    """Store the rating; a field the call leaves out keeps its stored value, one it sends replaces it."""
+    """Store the rating merged into what is stored (``merge_feedback``): a null never erases a value,
+    except ``like: null`` with no text, the widget's withdraw."""
     limit = res.settings.widget_feedback_chars
     if body.text is not None and len(body.text) > limit:
         raise WidgetError(400, "too_long", limit=limit)
-    like, text = body.like, body.text
-    if not {"like", "text"} <= body.model_fields_set:
-        stored = await res.store.message(body.answerId)
-        if "like" not in body.model_fields_set:
-            like = None if stored.rating is None else stored.rating == "up"
-        if "text" not in body.model_fields_set:
-            text = stored.comment
-    rating: Rating | None = None if like is None else ("up" if like else "down")
+    stored = await res.store.message(body.answerId)
+    rating, comment = merge_feedback(
+        stored_rating=stored.rating,
+        stored_comment=stored.comment,
+        like_sent="like" in body.model_fields_set,
+        like=body.like,
+        text=body.text,
+    )
     record = await record_feedback(
-        res=res, message_id=body.answerId, rating=rating, comment=text, channel="widget"
+        res=res, message_id=body.answerId, rating=rating, comment=comment, channel="widget"
     )
     return RateResult(
         answerId=record.message_id,

@@ -31,9 +31,13 @@ from ragbot.settings import get_observability_settings, get_redis_settings, get_
 logger = logging.getLogger("ragbot_embedder")
 
 
-def worker_argv(*, queue: str, concurrency: int, log_level: str) -> list[str]:
-    """The ``celery worker`` command line for the configured queue and pool."""
+def worker_argv(
+    *, queue: str, concurrency: int, log_level: str, beat_schedule_file: Path | None = None
+) -> list[str]:
+    """The ``celery worker`` command line for the configured queue and pool (with the beat embedded
+    when ``beat_schedule_file`` is given: run it in exactly one worker)."""
     pool = ["--pool=solo"] if concurrency <= 1 else ["--pool=prefork", f"--concurrency={concurrency}"]
+    beat = [] if beat_schedule_file is None else ["--beat", f"--schedule={beat_schedule_file}"]
     return [
         "--quiet",  # celery's global option: no banner on stdout, our JSON logs say it all
         "worker",
@@ -43,6 +47,7 @@ def worker_argv(*, queue: str, concurrency: int, log_level: str) -> list[str]:
         f"--hostname=embedder-{os.getpid()}@%h",
         "--without-gossip",
         "--without-mingle",
+        *beat,
     ]
 
 
@@ -93,6 +98,9 @@ def main() -> None:
                 queue=worker_settings.queue,
                 concurrency=worker_settings.concurrency,
                 log_level=observability.log_level,
+                beat_schedule_file=multiproc_dir.parent / "ragbot-celerybeat-schedule"
+                if worker_settings.beat and app.conf.beat_schedule
+                else None,
             )
         )
     finally:

@@ -26,6 +26,7 @@ from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.redis import build_redis
 from ragbot.messaging.reembed import ReembedStates, generation_of, split_options, worker_max_tokens
+from ragbot.messaging.reindex import WikiLister
 from ragbot.observability.metrics import worker_metrics
 from ragbot.observability.tracing import traced_llm
 from ragbot.ports import Embedder
@@ -167,6 +168,11 @@ def build_runtime(
         link_targets=worker_settings.link_targets,
         batch_max_paragraphs=worker_settings.micro_batch_max_paragraphs,
         contextualizer=contextualizer,
+        lister=WikiLister(
+            allowed_hosts=source_settings.allowed_callback_hosts,
+            timeout_s=source_settings.fetch_timeout_s,
+            max_pages=1_000_000,
+        ),
     )
     runtime = Runtime(ctx=ctx, settings=worker_settings, loop=loop, redis=redis, source=source)
     configured = generation_of(

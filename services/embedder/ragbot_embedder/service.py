@@ -30,6 +30,7 @@ from ragbot.indexing.paragraphs import DEFAULT_LINK_TARGETS, LinkTargets
 from ragbot.indexing.pipeline import DEFAULT_BATCH_PARAGRAPHS, IndexingHooks, IndexingPipeline, SplitOptions
 from ragbot.messaging.events import EventPublisher
 from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.reindex import WikiLister
 from ragbot.observability.metrics import WorkerMetrics
 from ragbot.ports import Embedder, Generations, PageSource, SearchStore
 from ragbot.schemas.jobs import JobState
@@ -65,6 +66,7 @@ class IndexingContext:
     contextualizer: Contextualizer | None = None
     store_ready: bool = field(default=False)
     generations: Generations | None = None
+    lister: WikiLister | None = None  # the wiki's page list, for reconcile (ragbot_embedder.reconcile)
 
     @property
     def pipeline(self) -> IndexingPipeline:

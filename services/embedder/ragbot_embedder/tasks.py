@@ -37,13 +37,15 @@ from ragbot.schemas.messages import (
     DROP_GENERATION_TASK,
     INDEX_PAGE_TASK,
     INDEX_PAGES_TASK,
+    RECONCILE_WIKI_TASK,
     DeletePage,
     DropGeneration,
     IndexPage,
     IndexPages,
+    ReconcileWiki,
 )
 from ragbot.settings import WorkerSettings
-from ragbot_embedder import service
+from ragbot_embedder import reconcile, service
 from ragbot_embedder.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -298,6 +300,7 @@ _TASKS: tuple[tuple[str, type[BaseModel], Callable[..., Coroutine[Any, Any, serv
     (INDEX_PAGES_TASK, IndexPages, service.index_pages),
     (DELETE_PAGE_TASK, DeletePage, service.delete_page),
     (DROP_GENERATION_TASK, DropGeneration, service.drop_generation),
+    (RECONCILE_WIKI_TASK, ReconcileWiki, reconcile.reconcile_wiki),
 )
 
 

@@ -16,9 +16,10 @@ from typing import Any
 from celery import Celery, signals
 
 from ragbot.messaging.queue import create_celery_app
+from ragbot.messaging.reconcile_schedule import reconcile_beat_schedule
 from ragbot.observability.metrics import mark_process_dead
 from ragbot.observability.tracing import configure_tracing, shutdown_tracing
-from ragbot.settings import RedisSettings, WorkerSettings, get_tracing_settings
+from ragbot.settings import RedisSettings, WorkerSettings, get_source_settings, get_tracing_settings
 from ragbot_embedder.runtime import RuntimeHolder
 from ragbot_embedder.tasks import register_tasks
 
@@ -69,6 +70,10 @@ def create_worker_app(
         **app.conf.broker_transport_options,
         "unacked_restore_interval": worker_settings.unacked_restore_interval_s,
         "unacked_restore_throttle": 1,
+    }
+    app.conf.beat_schedule = {
+        **(app.conf.beat_schedule or {}),
+        **reconcile_beat_schedule(settings=get_source_settings(), queue=worker_settings.queue),
     }
     register_tasks(app, worker_settings=worker_settings, runtime=holder)
     connect_process_signals(holder)

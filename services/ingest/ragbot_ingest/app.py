@@ -19,6 +19,7 @@ from ragbot.http.app import create_service_app
 from ragbot.http.auth import RouteAuth
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import TaskSender, create_celery_app
+from ragbot.messaging.reconcile_trigger import ReconcileTrigger
 from ragbot.messaging.redis import build_redis
 from ragbot.ports import SearchStore
 from ragbot.settings import (
@@ -83,6 +84,7 @@ async def build_resources(
             sender=sender,
             store=store,
             uploads=RedisUploadIds(redis=redis, key_prefix=redis_settings.key_prefix),
+            trigger=ReconcileTrigger(redis=redis, key_prefix=redis_settings.key_prefix),
         )
     finally:
         if store is not None:

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.app import app_resources
+from ragbot.messaging.reconcile_trigger import ReconcileTrigger
 from ragbot.messaging.reindex import WikiLister
 from ragbot.ports import SearchStore
 from ragbot.settings import IngestSettings
@@ -25,6 +26,7 @@ class Resources:
     store: SearchStore | None = None
     uploads: UploadIds | None = None
     lister: WikiLister | None = None
+    trigger: ReconcileTrigger | None = None  # one reconcile per burst of delete pings
 
 
 def get_resources(request: Request) -> Resources:

@@ -3,11 +3,11 @@ and retries."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.errors import (
     BodyTooLarge,
@@ -19,13 +19,21 @@ from ragbot.errors import (
 )
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.http.responses import ErrorBody
-from ragbot.messaging.reconcile import ReconcileRequest
+from ragbot.messaging.reconcile import ReconcileRequest, guard_refusal
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
-from ragbot_ingest.deps import JobsDep, ListerDep, SenderDep, SettingsDep, StoreDep, UploadIdsDep
+from ragbot_ingest.deps import (
+    JobsDep,
+    ListerDep,
+    ResourcesDep,
+    SenderDep,
+    SettingsDep,
+    StoreDep,
+    UploadIdsDep,
+)
 from ragbot_ingest.multipart import read_multipart
 
 router = APIRouter(prefix="/v1")
@@ -58,7 +66,27 @@ def _accepted(request: Request, response: Response, record: JobRecord) -> Accept
     return Accepted(job_id=record.job_id, status=record.state, status_url=url)
 
 
-@router.post("/pages/changed", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted, tags=["pages"])
+class DeletePingAccepted(BaseModel):
+    """The extension's delete ping (page id 0) names no page: what ragbot does to find it."""
+
+    action: Literal["reconcile", "nothing"] = Field(
+        description="reconcile: the wiki's page list is compared with the index (unlisted pages removed)"
+    )
+    detail: str
+    reconcile_in_s: float | None = Field(
+        default=None, description="when the reconcile this ping scheduled runs (null: it joined one)"
+    )
+    job_id: str | None = None
+    status: JobState | None = None
+    status_url: str | None = None
+
+
+@router.post(
+    "/pages/changed",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Accepted | DeletePingAccepted,
+    tags=["pages"],
+)
 async def page_changed(
     ping: PageChangedPing,
     request: Request,
@@ -66,8 +94,22 @@ async def page_changed(
     jobs: JobsDep,
     sender: SenderDep,
     settings: SettingsDep,
-) -> Accepted:
-    """The wiki's change ping (ChatbotRagContent): fetch the page from callback_url and index it."""
+    resources: ResourcesDep,
+) -> Accepted | DeletePingAccepted:
+    """The wiki's change ping (ChatbotRagContent): fetch the page from callback_url and index it; its
+    delete ping (``page_id: 0``) schedules a reconcile against the wiki's page list."""
+    if ping.is_delete:
+        outcome = await service.accept_delete_ping(
+            ping=ping, settings=settings, trigger=resources.trigger, jobs=jobs, sender=sender
+        )
+        answer = DeletePingAccepted(
+            action="reconcile" if outcome.action == "reconcile" else "nothing",
+            detail=outcome.detail,
+            reconcile_in_s=outcome.reconcile_in_s,
+        )
+        if outcome.job is not None:
+            answer = answer.model_copy(update=_accepted(request, response, outcome.job).model_dump())
+        return answer
     record = await service.accept_ping(
         ping=ping, allowed_hosts=settings.allowed_callback_hosts, jobs=jobs, sender=sender
     )
@@ -345,6 +387,10 @@ class ReconcileResult(BaseModel):
     stale: list[int]
     remove: list[int]
     remove_share: float
+    guard: str | None = Field(
+        default=None,
+        description="on a dry run, why the guard would refuse this plan (naming the pages); else null",
+    )
     job_id: str | None = None
     status: JobState | None = None
     status_url: str | None = None
@@ -395,6 +441,9 @@ async def reconcile(
         stale=plan.stale,
         remove=plan.remove,
         remove_share=round(plan.remove_share, 4),
+        guard=None
+        if body.force
+        else guard_refusal(plan, max_remove_share=settings.reconcile_max_remove_share),
     )
     if outcome.job is None:
         response.status_code = status.HTTP_200_OK

@@ -84,6 +84,54 @@ def unique_pages(sources: Iterable[Source]) -> list[Source]:
     return out
 
 
+def number_by_page(answer: str, sources: Sequence[Source]) -> str:
+    """The answer with each ``[n]`` naming its page's place in ``unique_pages(sources)`` (1-based).
+
+    Kol-Zchut's clients show one link per page (``docs``), so a paragraph number such as ``[6]`` would
+    point at nothing; ``[2][3]`` or ``[2, 3]`` on one page become a single ``[1]``. Numbers that are not
+    a source's stay as written: they cite nothing either way.
+    """
+    pages = [s.page_id for s in unique_pages(sources)]
+    place = {s.index: pages.index(s.page_id) + 1 for s in sources}
+
+    def renumber(match: re.Match[str]) -> str:
+        numbers = [int(part.strip()) for part in re.split(r"[,;]", match.group(1))]
+        if not all(n in place for n in numbers):
+            return match.group(0)
+        return "[" + ", ".join(str(n) for n in dict.fromkeys(place[n] for n in numbers)) + "]"
+
+    renumbered = _CITATION.sub(renumber, answer)
+    return _REPEATED.sub(r"\1", renumbered)
+
+
+_REPEATED = re.compile(r"(\[\d{1,4}\])(?:\s*\1)+")
+
+
+class StreamedNumbers:
+    """``number_by_page`` over an answer streamed in pieces: a ``[`` not yet closed is held back."""
+
+    _HOLD = 40  # longest citation kept waiting for its "]"
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = list(sources)
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """What can be shown of the answer so far, renumbered."""
+        text = self._held + piece
+        cut = text.rfind("[")
+        if cut != -1 and "]" not in text[cut:] and len(text) - cut <= self._HOLD:
+            self._held, text = text[cut:], text[:cut]
+        else:
+            self._held = ""
+        return number_by_page(text, self.sources)
+
+    def flush(self) -> str:
+        """Whatever was held back, at the end of the answer."""
+        held, self._held = self._held, ""
+        return number_by_page(held, self.sources)
+
+
 def _int_or_none(value: Any) -> int | None:
     try:
         return None if value is None or isinstance(value, bool) else int(value)

@@ -7,8 +7,10 @@ clearing chat history never clears what editors review:
   comment); TTL ``feedback_ttl_s`` from its last feedback
 - ``p:feedback:by_time``             sorted set of message ids scored by their last feedback (epoch s)
 
-Feedback arriving again for an answer replaces its entry (the widget sends the rating, then the
-text); withdrawing the rating with no comment left removes it. Index members whose entry expired
+Feedback arriving again for an answer is merged into what is stored (``merge_feedback``): KZChatbot's
+PHP forwards every field, ``null`` when the user did not give it, so a ``null`` never erases a stored
+value, except the widget's own withdraw (``like: null`` with no text); an entry whose rating was
+withdrawn and that has no comment is removed. Index members whose entry expired
 are dropped on every write. Redis errors become ``DependencyUnavailable("redis")``.
 """
 
@@ -41,6 +43,29 @@ CSV_COLUMNS = (
 _READ_CHUNK = 200
 # A spreadsheet runs a cell starting with these as a formula: such cells are written with a quote first.
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def merge_feedback(
+    *,
+    stored_rating: Rating | None,
+    stored_comment: str | None,
+    like_sent: bool,
+    like: bool | None,
+    text: str | None,
+) -> tuple[Rating | None, str | None]:
+    """The (rating, comment) to store after a rating call, from what is stored and what was sent.
+
+    - text: a non-empty text replaces the stored comment; ``null``, ``""`` or no text keeps it;
+    - like: ``true``/``false`` sets the rating; a ``like`` left out keeps it; ``like: null`` withdraws
+      it only when the call carries no text (the widget's un-press sends ``{answerId, like: null}``,
+      which the PHP forwards as ``{like: null, free_text: null}``); a text with ``like: null`` is a
+      follow-up comment and keeps the rating.
+    """
+    text_given = bool(text)
+    comment = text if text_given else stored_comment
+    if not like_sent or (like is None and text_given):
+        return stored_rating, comment
+    return (None if like is None else ("up" if like else "down")), comment
 
 
 class FeedbackLog:

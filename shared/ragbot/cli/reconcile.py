@@ -121,3 +121,5 @@ def _print_plan(result: dict[str, Any]) -> None:
         ids = result[name]
         shown = " ".join(str(i) for i in ids[:_SHOWN]) + (" ..." if len(ids) > _SHOWN else "")
         sys.stdout.write(f"{verb} {what}: {len(ids)}{': ' + shown if ids else ''}\n")
+    if result.get("guard"):
+        sys.stdout.write(f"the guard would refuse this: {result['guard']}\n")

@@ -29,6 +29,9 @@ from typing import IO, Any
 import httpx
 
 CONTENT_PATH = "/w/rest.php/cbragcontent/v0/page_id/"
+# The page list ChatbotRagContent's maintenance/GetRelevantPageIds.php --output=json prints, served
+# as a wiki might serve a cron's copy of it: a JSON array of the page ids the wiki wants indexed.
+RELEVANT_IDS_PATH = "/relevant_page_ids.json"
 # The answer mode ``make run`` gives the web UI, the native API and the Kol-Zchut routes when the only
 # LLM is the embedded one (RAGBOT_CHAT_LLM_BACKEND=llamacpp): chosen by bench/hebrew_answers.py, see
 # docs/benchmarks.md "Answers". An explicit RAGBOT_CHAT_DEFAULT_MODE / _KOLZCHUT_MODE wins.
@@ -112,7 +115,16 @@ class LocalWiki:
     ) -> None:
         self.stop()
 
+    @property
+    def list_url(self) -> str:
+        """Where the wiki's page list is (GetRelevantPageIds.php's JSON output)."""
+        return self.base_url + RELEVANT_IDS_PATH
+
     def _answer(self, path: str) -> tuple[int, bytes]:
+        if path.split("?", 1)[0] == RELEVANT_IDS_PATH:
+            with self._lock:
+                ids = sorted(self.pages)
+            return 200, json.dumps(ids).encode("utf-8")
         if not path.startswith(CONTENT_PATH):
             return 404, b'{"error":"no such route"}'
         tail = path[len(CONTENT_PATH) :].split("?", 1)[0]

@@ -9,7 +9,8 @@ A reconcile takes the list of every page the wiki wants indexed and the index's 
   ``__EXCLUDE_FROM_RAG__``, moved out of the RAG namespaces, or a ping lost while ragbot was down).
 
 A **guard** refuses a plan that would remove more than ``max_remove_share`` of the indexed pages
-unless forced, so a truncated or empty list never empties the index.
+unless forced, so a truncated or empty list never empties the index; its message names the pages it
+would remove and how to confirm. A dry run is never refused: it answers the plan and the guard's word.
 
 The list comes in one of these shapes (``parse_listing``):
 
@@ -41,6 +42,7 @@ __all__ = [
     "ReconcilePlan",
     "ReconcileRequest",
     "check_guard",
+    "guard_refusal",
     "parse_listing",
     "plan_reconcile",
 ]
@@ -150,17 +152,30 @@ def plan_reconcile(*, listed: Mapping[int, int], indexed: Mapping[int, int]) -> 
     return plan
 
 
-def check_guard(plan: ReconcilePlan, *, max_remove_share: float, force: bool) -> None:
-    """Refuse a plan that removes more than ``max_remove_share`` of the index, unless forced."""
-    if force or plan.remove_share <= max_remove_share:
-        return
-    raise ReconcileRefused(
+_NAMED = 50  # pages named in the guard's message; the rest are counted
+
+
+def guard_refusal(plan: ReconcilePlan, *, max_remove_share: float) -> str | None:
+    """Why the guard refuses the plan, naming the pages it would remove and how to confirm; None if not."""
+    if plan.remove_share <= max_remove_share:
+        return None
+    named = ", ".join(str(p) for p in plan.remove[:_NAMED])
+    more = f" and {len(plan.remove) - _NAMED} more" if len(plan.remove) > _NAMED else ""
+    return (
         f"reconcile would remove {len(plan.remove)} of {plan.indexed} indexed pages "
         f"({plan.remove_share:.0%}, over the {max_remove_share:.0%} allowed by "
-        "RAGBOT_INGEST_RECONCILE_MAX_REMOVE_SHARE): is the list truncated? "
-        "Check it with a dry run, then pass force to remove them anyway",
-        field="force",
+        f"RAGBOT_INGEST_RECONCILE_MAX_REMOVE_SHARE): page ids {named}{more}. Is the list truncated? "
+        "If it is complete "
+        "and these pages are gone from the wiki, confirm with POST /v1/reconcile and the same list "
+        'plus "force": true (a dry run shows the same plan and changes nothing)'
     )
+
+
+def check_guard(plan: ReconcilePlan, *, max_remove_share: float, force: bool) -> None:
+    """Refuse a plan that removes more than ``max_remove_share`` of the index, unless forced."""
+    refusal = None if force else guard_refusal(plan, max_remove_share=max_remove_share)
+    if refusal is not None:
+        raise ReconcileRefused(refusal, field="force")
 
 
 def _merge(pairs: Iterable[tuple[int, int]]) -> dict[int, int]:

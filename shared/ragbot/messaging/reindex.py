@@ -14,13 +14,15 @@ sit in the dead letters and ``POST /v1/jobs/<parent>/retry`` re-queues them all.
 
 **Wiki listing** (``{"source": "wiki", "list_url": ..., "callback_url": ...}``): the listing is read
 page by page, then every listed page is fetched by the worker from ``callback_url + page_id`` like a
-ping. Two listing shapes are understood:
+ping. Three listing shapes are understood:
 
 - MediaWiki's action API, e.g. ``https://wiki/w/api.php?action=query&list=allpages&apnamespace=0&
   aplimit=500&format=json`` (``query.allpages[].pageid``), or with ``generator=allpages&prop=info``
   (``query.pages[].pageid`` and ``lastrevid``: pages whose revision is already indexed are then
   skipped without a fetch). Continuation follows MediaWiki: every key of the answer's ``continue``
   object is added to the next request's query string.
+- ChatbotRagContent's ``GetRelevantPageIds.php`` output served over HTTP: a JSON array of ids
+  (``--output=json``) or one id per line (``--output=list``, ``id<TAB>title`` with ``--with-titles``).
 - A plain listing for other CMSs: ``{"pages": [{"page_id": 1, "revision_id": 7}, ...],
   "next": "<absolute or relative URL of the next listing page, or null>"}``.
 
@@ -30,6 +32,7 @@ Both URLs must be on the allow-listed hosts; listing answers are capped in size 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +42,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.errors import NotFound, SourceError, SourceRefused, ValidationFailed
 from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.reconcile import parse_listing
 from ragbot.schemas.jobs import JobKind, JobRecord, JobState
 from ragbot.schemas.messages import PageRef
 from ragbot.schemas.pages import Page
@@ -62,6 +66,7 @@ logger = logging.getLogger(__name__)
 
 FINAL_STATES = frozenset({JobState.done, JobState.skipped, JobState.failed})
 _MAX_LISTING_BYTES = 16 * 1024 * 1024
+_ID_LINE = re.compile(r"\d+(?:\t.*)?")
 
 
 class ReindexRequest(BaseModel):
@@ -200,6 +205,12 @@ async def refresh_parent(*, jobs: JobStore, parent_job_id: str) -> JobRecord:
     return await jobs.aggregate(job_id=parent_job_id, children=children, combine=combine)
 
 
+def _id_lines(text: str) -> bool:
+    """True for text of page ids, one per line (``id<TAB>title`` too; blank and ``#`` lines skipped)."""
+    lines = [line.strip() for line in text.splitlines()]
+    return any(lines) and all(not x or x.startswith("#") or _ID_LINE.fullmatch(x) for x in lines)
+
+
 @dataclass(slots=True)
 class ListedPage:
     """A page a listing named: its id, and its revision when the listing says."""
@@ -281,14 +292,24 @@ class WikiLister:
             raise SourceError(f"{url}: listing timed out after {self.timeout_s} s") from None
         except httpx.TransportError as exc:
             raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
+        raw = b"".join(chunks)
         try:
-            return loads_strict(b"".join(chunks), max_depth=64)
+            return loads_strict(raw, max_depth=64)
         except JSONRefused as exc:
+            text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+            if _id_lines(text):  # GetRelevantPageIds.php's default output: one id per line
+                return text
             raise SourceRefused(f"{url}: the listing is not JSON ({exc})") from None
 
     def _parse(
         self, body: Any, *, url: httpx.URL, base: httpx.URL
     ) -> tuple[list[ListedPage], httpx.URL | None]:
+        if isinstance(body, list | str):  # GetRelevantPageIds.php's output: ids, JSON or one per line
+            try:
+                listed = parse_listing(body)
+            except ValidationFailed as exc:
+                raise SourceRefused(f"{url}: {exc}") from None
+            return [ListedPage(page_id=p, revision_id=r) for p, r in listed.items()], None
         if not isinstance(body, dict):
             raise SourceRefused(f"{url}: the listing is not a JSON object")
         if "error" in body and "query" not in body:

@@ -13,6 +13,7 @@ INDEX_PAGE_TASK = "embedder.index_page"
 DELETE_PAGE_TASK = "embedder.delete_page"
 INDEX_PAGES_TASK = "embedder.index_pages"
 DROP_GENERATION_TASK = "embedder.drop_generation"
+RECONCILE_WIKI_TASK = "embedder.reconcile_wiki"
 
 
 class IndexPage(BaseModel):
@@ -65,6 +66,18 @@ class DropGeneration(BaseModel):
     v: Literal[1] = 1
     job_id: str
     generation: str
+    request_id: str | None = None
+
+
+class ReconcileWiki(BaseModel):
+    """Make the index hold the wiki's listed pages (after delete pings, and on a schedule)."""
+
+    v: Literal[1] = 1
+    job_id: str
+    list_url: str
+    callback_url: str | None = None
+    max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
+    trigger: Literal["delete_ping", "schedule"] = "schedule"
     request_id: str | None = None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ragbot.schemas.limits import (
     MAX_CATEGORIES,
@@ -31,19 +31,50 @@ def parse_wiki_timestamp(value: str) -> datetime:
 
 
 class PageChangedPing(BaseModel):
-    """The ping ChatbotRagContent sends on save, delete and move (field names are the wiki's)."""
+    """The ping ChatbotRagContent sends on save, delete and move (field names are the wiki's).
+
+    Its delete ping names no page: the job runs after the page row is gone, so it sends
+    ``{"page_id": 0, "revision_id": 0, "revision_date": false, "callback_url": ...}`` (``is_delete``).
+    """
 
     model_config = ConfigDict(extra="ignore")
-    page_id: int = Field(ge=1, le=MAX_PAGE_ID, description="MediaWiki page id")
+    # revision_id is declared first so that page_id's check can read it.
     revision_id: int = Field(ge=0, le=MAX_REVISION_ID, description="the revision that triggered the ping")
-    revision_date: datetime = Field(description="YYYYMMDDHHMMSS (UTC) or ISO 8601")
+    page_id: int = Field(
+        ge=0, le=MAX_PAGE_ID, description="MediaWiki page id; 0 only in the extension's delete ping"
+    )
+    revision_date: datetime | None = Field(
+        description="YYYYMMDDHHMMSS (UTC) or ISO 8601; false in the delete ping"
+    )
     callback_url: str = Field(
         min_length=8, max_length=2048, description="content API base; the page id is appended"
     )
 
+    @property
+    def is_delete(self) -> bool:
+        """True for the extension's delete ping, which names no page."""
+        return self.page_id == 0
+
+    @field_validator("page_id")
+    @classmethod
+    def _zero_only_for_delete(cls, v: int, info: ValidationInfo) -> int:
+        if v == 0 and info.data.get("revision_id") != 0:
+            raise ValueError(
+                "page ids start at 1 (page_id 0 is only the extension's delete ping, revision_id 0)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _dated_unless_delete(self) -> PageChangedPing:
+        if self.page_id != 0 and self.revision_date is None:
+            raise ValueError("revision_date must be YYYYMMDDHHMMSS or ISO 8601")
+        return self
+
     @field_validator("revision_date", mode="before")
     @classmethod
     def _parse_date(cls, v: Any) -> Any:
+        if v is False:  # the delete ping's "revision_date": false
+            return None
         if isinstance(v, str):
             try:
                 return parse_wiki_timestamp(v)

@@ -52,5 +52,7 @@ class UploadIds(Protocol):
 class CommandSender(Protocol):
     """Sends commands to the embedder (``ragbot.messaging.queue.TaskSender`` in production)."""
 
-    async def send(self, *, task: str, message: BaseModel, request_id: str | None = None) -> str:
-        """Publish one command; returns the task id."""
+    async def send(
+        self, *, task: str, message: BaseModel, request_id: str | None = None, countdown: float | None = None
+    ) -> str:
+        """Publish one command (``countdown``: not before that many seconds); returns the task id."""

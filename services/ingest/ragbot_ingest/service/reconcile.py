@@ -49,7 +49,8 @@ async def accept_reconcile(
     """Plan a reconcile and, unless a dry run, queue it under one job; the guard runs first either way."""
     listed = await _listed(request=request, lister=lister, max_pages=max_pages)
     plan = plan_reconcile(listed=listed, indexed=await store.page_revisions())
-    check_guard(plan, max_remove_share=max_remove_share, force=request.force)
+    if not request.dry_run:  # a dry run shows the plan, and the guard's word on it, whatever it holds
+        check_guard(plan, max_remove_share=max_remove_share, force=request.force)
     if plan.queue and not request.dry_run:
         if request.callback_url is None:
             raise ValidationFailed(

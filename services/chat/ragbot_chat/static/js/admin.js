@@ -3,9 +3,19 @@
 // rerank scores and cutoff, stage timings) and the Kol-Zchut get_config / set_config editor.
 
 import { ApiError, api, el, formatScore } from "./common.js";
+import { t, tn } from "./i18n.js";
 
 const TOP_ROWS = 20;
 const STAGES = ["embed", "dense", "bm25", "fusion", "rerank", "total"];
+// The stages' names in the page's language (another stage keeps its own name).
+const STAGE_LABELS = {
+  embed: t("admin.stage.embed"),
+  dense: t("admin.stage.dense"),
+  bm25: t("admin.stage.bm25"),
+  fusion: t("admin.stage.fusion"),
+  rerank: t("admin.stage.rerank"),
+  total: t("admin.stage.total"),
+};
 
 // --- index state -------------------------------------------------------------------------------
 
@@ -16,7 +26,7 @@ function fact(term, ...value) {
 }
 
 async function loadState() {
-  stateList.replaceChildren(...fact("Loading", "…"));
+  stateList.replaceChildren(...fact(t("common.loading"), ""));
   const [pages, models, ready] = await Promise.allSettled([
     api("/ui/api/ingest/v1/pages?limit=1000"),
     api("/ui/api/models"),
@@ -25,20 +35,20 @@ async function loadState() {
   const facts = [];
   if (pages.status === "fulfilled") {
     const count = pages.value.pages.length;
-    facts.push(...fact("Paragraphs", el("span", { id: "state-paragraphs" }, String(pages.value.indexed_paragraphs))));
-    facts.push(...fact("Pages", el("span", { id: "state-pages" }, count >= 1000 ? "1000+" : String(count)), " ", el("a", { href: "/documents" }, "list")));
+    facts.push(...fact(t("admin.state.paragraphs"), el("span", { id: "state-paragraphs" }, String(pages.value.indexed_paragraphs))));
+    facts.push(...fact(t("admin.state.pages"), el("span", { id: "state-pages" }, count >= 1000 ? "1000+" : String(count)), " ", el("a", { href: "/documents" }, t("admin.state.list"))));
   } else {
-    facts.push(...fact("Index", el("span", { class: "error-text" }, `ingest did not answer: ${pages.reason.message}`)));
+    facts.push(...fact(t("admin.state.index"), el("span", { class: "error-text" }, t("admin.state.ingest_down", { error: pages.reason.message }))));
   }
   if (models.status === "fulfilled") {
-    const names = models.value.models.map((m) => `${m.name} (${m.dimension} dims: ${m.vector_fields.join(", ")})`);
-    facts.push(...fact("Dense models", names.length ? names.join("; ") : "none (BM25 only)"));
+    const names = models.value.models.map((m) => t("admin.state.model", { name: m.name, dims: m.dimension, fields: m.vector_fields.join(", ") }));
+    facts.push(...fact(t("admin.state.models"), names.length ? names.join("; ") : t("admin.state.no_models")));
   } else {
-    facts.push(...fact("Retriever", el("span", { class: "error-text" }, `did not answer: ${models.reason.message}`)));
+    facts.push(...fact(t("admin.state.retriever"), el("span", { class: "error-text" }, t("admin.state.down", { error: models.reason.message }))));
   }
   if (ready.status === "fulfilled" && ready.value.checks) {
     const checks = Object.entries(ready.value.checks).map(([name, ok]) => `${name} ${ok ? "✓" : "✗"}`);
-    facts.push(...fact("Chat depends on", checks.join(" · ")));
+    facts.push(...fact(t("admin.state.checks"), el("span", { dir: "ltr" }, checks.join(" · "))));
   }
   stateList.replaceChildren(...facts);
 }
@@ -70,9 +80,9 @@ function timings(ms) {
     if (!(stage in ms)) continue;
     const value = Number(ms[stage]);
     rows.push(
-      el("span", {}, stage),
+      el("span", {}, STAGE_LABELS[stage] ?? stage),
       el("span", { class: "bar-track" }, el("span", { class: "bar", dataset: { width: String(value / total) } })),
-      el("span", { class: "num mono", dataset: { stage } }, `${value.toFixed(1)} ms`),
+      el("span", { class: "num mono", dataset: { stage } }, t("common.ms", { ms: value.toFixed(1) })),
     );
   }
   const grid = el("div", { class: "timings", id: "debug-timings" }, rows);
@@ -92,17 +102,17 @@ function renderDebug(response) {
 
   const parts = [
     el("p", { class: "small" },
-      `mode ${debug.mode} · fusion ${debug.fusion} · rrf k ${debug.rrf_k} · ${documents.length} paragraphs from ${(debug.pages || []).length} pages`),
-    el("h3", {}, "Stage timings"),
+      t("admin.debug.summary", { mode: debug.mode, fusion: debug.fusion, k: debug.rrf_k, paragraphs: documents.length, pages: (debug.pages || []).length })),
+    el("h3", {}, t("admin.debug.timings")),
     timings(ms || {}),
-    el("h3", {}, "Candidates per branch"),
+    el("h3", {}, t("admin.debug.branches")),
   ];
 
   const grid = el("div", { class: "grid-2" });
   for (const [name, branch] of Object.entries(debug.branches || {})) {
-    const about = [branch.kind, branch.model, branch.field && `field ${branch.field}`, `weight ${branch.weight}`]
+    const about = [branch.kind, branch.model, branch.field && t("admin.debug.field", { field: branch.field }), t("admin.debug.weight", { weight: branch.weight })]
       .filter(Boolean).join(" · ");
-    const dropped = branch.dropped_by_threshold ? ` · ${branch.dropped_by_threshold} under the threshold` : "";
+    const dropped = branch.dropped_by_threshold ? ` · ${t("admin.debug.dropped", { count: branch.dropped_by_threshold })}` : "";
     const rows = branch.candidates.slice(0, TOP_ROWS).map((c, i) =>
       el("tr", { dataset: { id: c._id } },
         el("td", { class: "num" }, String(i + 1)),
@@ -110,10 +120,10 @@ function renderDebug(response) {
         titleCell(c.title),
         el("td", { class: "num" }, String(c.page_id)),
         el("td", { class: "num" }, c.paragraph ?? "—")));
-    const shown = branch.candidates.length > TOP_ROWS ? ` (top ${TOP_ROWS} of ${branch.candidates.length})` : ` (${branch.candidates.length})`;
+    const shown = branch.candidates.length > TOP_ROWS ? ` (${t("admin.debug.top", { top: TOP_ROWS, count: branch.candidates.length })})` : ` (${branch.candidates.length})`;
     grid.append(
       el("div", { class: "branch", dataset: { branch: name, kind: branch.kind } },
-        table(`${name}${shown}`, [{ label: "#", num: true }, { label: "Score", num: true }, "Title", { label: "Page", num: true }, { label: "¶", num: true }], rows),
+        table(`${name}${shown}`, [{ label: "#", num: true }, { label: t("admin.col.score"), num: true }, t("common.col.title"), { label: t("common.col.page"), num: true }, { label: "¶", num: true }], rows),
         el("p", { class: "small muted" }, about + dropped)));
   }
   parts.push(grid);
@@ -122,15 +132,15 @@ function renderDebug(response) {
     el("tr", { dataset: { id: f._id } },
       el("td", { class: "num" }, String(i + 1)),
       el("td", { class: "num score" }, formatScore(f.score)),
-      ...branchNames.map((b) => el("td", { class: "num", title: f.raw_scores?.[b] !== undefined ? `raw ${formatScore(f.raw_scores[b])}` : undefined }, f.ranks?.[b] ?? "—")),
+      ...branchNames.map((b) => el("td", { class: "num", title: f.raw_scores?.[b] !== undefined ? t("admin.debug.raw", { score: formatScore(f.raw_scores[b]) }) : undefined }, f.ranks?.[b] ?? "—")),
       titleCell(titles.get(f._id)),
       el("td", { class: "num" }, String(f.page_id))));
-  parts.push(el("h3", {}, "Fused"), el("div", { id: "debug-fused" },
-    table(`${debug.fusion} over ${branchNames.length} branches (rank in each branch; hover for its raw score)`,
-      [{ label: "#", num: true }, { label: "Fused", num: true }, ...branchNames.map((b) => ({ label: b.replace(/_vectors$/, ""), num: true })), "Title", { label: "Page", num: true }],
+  parts.push(el("h3", {}, t("admin.debug.fused")), el("div", { id: "debug-fused" },
+    table(t("admin.debug.fused_caption", { fusion: debug.fusion, count: branchNames.length }),
+      [{ label: "#", num: true }, { label: t("admin.debug.fused"), num: true }, ...branchNames.map((b) => ({ label: b.replace(/_vectors$/, ""), num: true })), t("common.col.title"), { label: t("common.col.page"), num: true }],
       fusedRows)));
 
-  parts.push(el("h3", {}, "Rerank"));
+  parts.push(el("h3", {}, t("admin.debug.rerank")));
   if (debug.rerank) {
     const kept = debug.rerank.kept ?? debug.rerank.scores.length;
     const rows = debug.rerank.scores.map((s, i) =>
@@ -139,12 +149,14 @@ function renderDebug(response) {
         el("td", { class: "num score" }, formatScore(s.score)),
         titleCell(titles.get(s._id)),
         el("td", { class: "num" }, String(s.page_id)),
-        el("td", {}, i < kept ? "kept" : "cut")));
+        el("td", {}, i < kept ? t("admin.debug.kept") : t("admin.debug.cut"))));
     parts.push(el("div", { id: "debug-rerank" },
-      table(`kept ${kept} of ${debug.rerank.scores.length}${debug.rerank.no_relevant_paragraphs ? ": no relevant paragraph" : ""} (the dashed line is the cutoff)`,
-        [{ label: "#", num: true }, { label: "Rerank score", num: true }, "Title", { label: "Page", num: true }, ""], rows)));
+      table(debug.rerank.no_relevant_paragraphs
+        ? t("admin.debug.rerank_none", { kept, count: debug.rerank.scores.length })
+        : t("admin.debug.rerank_caption", { kept, count: debug.rerank.scores.length }),
+        [{ label: "#", num: true }, { label: t("admin.col.rerank_score"), num: true }, t("common.col.title"), { label: t("common.col.page"), num: true }, ""], rows)));
   } else {
-    parts.push(el("p", { class: "muted small", id: "debug-rerank" }, "Reranking was off for this query (no reranker configured, or rerank off)."));
+    parts.push(el("p", { class: "muted small", id: "debug-rerank" }, t("admin.debug.rerank_off")));
   }
 
   const docRows = documents.map((d, i) =>
@@ -154,9 +166,9 @@ function renderDebug(response) {
       titleCell(d.title),
       el("td", { class: "num" }, String(d.page_id)),
       el("td", { class: "mono" }, d._id)));
-  parts.push(el("h3", {}, "Returned (grouped by page)"), el("div", { id: "debug-documents" },
-    table(`${documents.length} paragraphs, pages in order ${(debug.pages || []).join(", ") || "—"}`,
-      [{ label: "#", num: true }, { label: "Score", num: true }, "Title", { label: "Page", num: true }, "Id"], docRows)));
+  parts.push(el("h3", {}, t("admin.debug.returned")), el("div", { id: "debug-documents" },
+    table(t("admin.debug.returned_caption", { count: documents.length, pages: (debug.pages || []).join(", ") || "—" }),
+      [{ label: "#", num: true }, { label: t("admin.col.score"), num: true }, t("common.col.title"), { label: t("common.col.page"), num: true }, t("admin.col.id")], docRows)));
 
   debugResult.replaceChildren(...parts);
 }
@@ -182,14 +194,14 @@ debugForm.addEventListener("submit", async (event) => {
   if (!body.query) return;
   const run = document.getElementById("debug-run");
   run.disabled = true;
-  debugStatus.textContent = "Retrieving…";
+  debugStatus.textContent = t("admin.debug.running");
   const started = performance.now();
   try {
     const response = await api("/ui/api/retrieve", { method: "POST", body });
     renderDebug(response);
-    debugStatus.textContent = `Done in ${Math.round(performance.now() - started)} ms`;
+    debugStatus.textContent = t("admin.debug.done", { ms: Math.round(performance.now() - started) });
   } catch (err) {
-    debugStatus.textContent = `Retrieval failed: ${err.message}`;
+    debugStatus.textContent = t("admin.debug.failed", { error: err.message });
   } finally {
     run.disabled = false;
   }
@@ -202,11 +214,22 @@ const configFields = document.getElementById("config-fields");
 const configStatus = document.getElementById("config-status");
 const configVersion = document.getElementById("config-version");
 let configShape = {};
+// The Kol-Zchut settings' names in the page's language (a field added later shows its own name).
+const CONFIG_LABELS = {
+  model: t("admin.config.field.model"),
+  num_of_pages: t("admin.config.field.num_of_pages"),
+  add_current_page_to_search: t("admin.config.field.add_current_page_to_search"),
+  temperature: t("admin.config.field.temperature"),
+  system_prompt: t("admin.config.field.system_prompt"),
+  user_prompt: t("admin.config.field.user_prompt"),
+  banned_fields: t("admin.config.field.banned_fields"),
+  rephrase_prompt: t("admin.config.field.rephrase_prompt"),
+};
 
 function fieldFor(key, value, metadata) {
   const id = `cfg-${key}`;
   const errorId = `${id}-error`;
-  const label = key.replace(/_/g, " ");
+  const label = CONFIG_LABELS[key] ?? key.replace(/_/g, " ");
   const error = el("span", { class: "field-error", id: errorId, "aria-live": "polite" });
   const common = { id, name: key, "aria-describedby": errorId };
   let control;
@@ -225,7 +248,7 @@ function fieldFor(key, value, metadata) {
     control = el("input", { ...common, type: "number", step, min: key === "temperature" ? temperature?.min : undefined, max: key === "temperature" ? temperature?.max : undefined });
     control.value = String(value);
   } else if (Array.isArray(value)) {
-    control = el("input", { ...common, type: "text", placeholder: "comma-separated" });
+    control = el("input", { ...common, type: "text", placeholder: t("admin.config.comma") });
     control.value = value.join(", ");
   } else if (typeof value === "string" && (key.endsWith("prompt") || value.length > 80 || value.includes("\n"))) {
     control = el("textarea", { ...common, dir: "auto", rows: "6" });
@@ -243,16 +266,16 @@ function clearErrors() {
 }
 
 async function loadConfig() {
-  configStatus.textContent = "Loading…";
+  configStatus.textContent = t("common.loading");
   clearErrors();
   try {
     const [config, metadata] = await Promise.all([api("/get_config"), api("/get_config_metadata").catch(() => null)]);
     configShape = config;
-    configVersion.textContent = `version ${config.version}`;
+    configVersion.textContent = t("admin.config.version", { version: config.version });
     configFields.replaceChildren(...Object.entries(config).filter(([k]) => k !== "version").map(([k, v]) => fieldFor(k, v, metadata)));
     configStatus.textContent = "";
   } catch (err) {
-    configStatus.textContent = `Could not load the configuration: ${err.message}`;
+    configStatus.textContent = t("admin.config.load_failed", { error: err.message });
   }
 }
 
@@ -286,8 +309,10 @@ function showErrors(err) {
     }
   }
   configStatus.textContent = details.length
-    ? `Not saved: ${details.length} problem${details.length > 1 ? "s" : ""}${unplaced.length ? `: ${unplaced.join("; ")}` : " (see the fields)"}`
-    : `Not saved: ${err.message}`;
+    ? unplaced.length
+      ? tn("admin.config.problems_listed", details.length, { problems: unplaced.join("; ") })
+      : tn("admin.config.problems", details.length)
+    : t("admin.config.not_saved", { error: err.message });
   if (first) first.focus();
 }
 
@@ -296,15 +321,15 @@ configForm.addEventListener("submit", async (event) => {
   clearErrors();
   const save = document.getElementById("config-save");
   save.disabled = true;
-  configStatus.textContent = "Saving…";
+  configStatus.textContent = t("admin.config.saving");
   try {
     const stored = await api("/set_config", { method: "POST", body: configBody() });
     configShape = stored;
-    configVersion.textContent = `version ${stored.version}`;
-    configStatus.textContent = `Saved as version ${stored.version}`;
+    configVersion.textContent = t("admin.config.version", { version: stored.version });
+    configStatus.textContent = t("admin.config.saved", { version: stored.version });
   } catch (err) {
     if (err instanceof ApiError && err.status === 422) showErrors(err);
-    else configStatus.textContent = `Not saved: ${err.message}`;
+    else configStatus.textContent = t("admin.config.not_saved", { error: err.message });
   } finally {
     save.disabled = false;
   }
@@ -314,3 +339,4 @@ document.getElementById("config-reload").addEventListener("click", loadConfig);
 
 loadState();
 loadConfig();
+document.body.dataset.ready = "1";

@@ -3,6 +3,8 @@
 // Markdown while it streams, its sources as pills, and thumbs up/down with an optional comment.
 
 import { ApiError, api, directionOf, el, postStream } from "./common.js";
+import { t, tn } from "./i18n.js";
+import { linkHref } from "./links.js";
 import { renderMarkdown } from "./markdown.js";
 
 const SESSION_KEY = "ragbot.chat.session";
@@ -58,15 +60,17 @@ function percent(source) {
 
 function pill(source, cited) {
   const conf = percent(source);
-  const label = `Source ${source.index}: ${source.title}${conf ? `, ${conf} confidence` : ""}`;
+  const vars = { n: source.index, title: source.title, conf };
+  const label = conf ? t("chat.source_label_conf", vars) : t("chat.source_label", vars);
   const body = [
     el("span", { class: "pill-n", "aria-hidden": "true" }, String(source.index)),
-    el("span", { class: "pill-title", dir: "auto" }, source.title || `page ${source.page_id}`),
+    el("span", { class: "pill-title", dir: "auto" }, source.title || t("common.page_n", { id: source.page_id })),
     conf ? el("span", { class: "pill-conf" }, conf) : null,
   ];
   const attrs = { class: `pill${cited ? " cited" : ""}`, title: source.title, "aria-label": label, dataset: { index: source.index } };
-  const node = source.url
-    ? el("a", { ...attrs, href: source.url, target: "_blank", rel: "noopener noreferrer" }, body)
+  const href = linkHref(source.url); // a page's javascript: URL stays text
+  const node = href
+    ? el("a", { ...attrs, href, target: "_blank", rel: "noopener noreferrer" }, body)
     : el("span", attrs, body);
   return el("li", {}, node);
 }
@@ -101,24 +105,24 @@ function feedbackControls(messageId) {
   const commentId = `comment-${feedbackCount}`;
   const status = el("span", { class: "status", role: "status", "aria-live": "polite" });
   let rating = null;
-  const up = el("button", { type: "button", "aria-pressed": "false", "aria-label": "Helpful", title: "Helpful", class: "thumb-up" }, thumb());
-  const down = el("button", { type: "button", "aria-pressed": "false", "aria-label": "Not helpful", title: "Not helpful", class: "thumb-down" }, thumb());
-  const comment = el("textarea", { id: commentId, dir: "auto", rows: "2", maxlength: "5000", placeholder: "What was good or wrong? (optional)" });
+  const up = el("button", { type: "button", "aria-pressed": "false", "aria-label": t("chat.helpful"), title: t("chat.helpful"), class: "thumb-up" }, thumb());
+  const down = el("button", { type: "button", "aria-pressed": "false", "aria-label": t("chat.not_helpful"), title: t("chat.not_helpful"), class: "thumb-down" }, thumb());
+  const comment = el("textarea", { id: commentId, dir: "auto", rows: "2", maxlength: "5000", placeholder: t("chat.comment_placeholder") });
   const commentForm = el(
     "form",
     { hidden: true, class: "comment-form" },
-    el("label", { for: commentId, class: "visually-hidden" }, "Comment (optional)"),
+    el("label", { for: commentId, class: "visually-hidden" }, t("chat.comment")),
     comment,
-    el("button", { type: "submit" }, "Send comment"),
+    el("button", { type: "submit" }, t("chat.send_comment")),
   );
 
   async function save(withComment) {
     const body = { rating, comment: withComment && comment.value.trim() ? comment.value.trim() : null };
     try {
       await api(`/v1/messages/${encodeURIComponent(messageId)}/feedback`, { method: "POST", body });
-      status.textContent = rating === null ? "Rating withdrawn" : withComment ? "Thanks, comment saved" : "Thanks for the feedback";
+      status.textContent = rating === null ? t("chat.rating_withdrawn") : withComment ? t("chat.comment_saved") : t("chat.rating_saved");
     } catch (err) {
-      status.textContent = `Feedback not saved: ${err.message}`;
+      status.textContent = t("chat.feedback_failed", { error: err.message });
     }
   }
 
@@ -137,7 +141,7 @@ function feedbackControls(messageId) {
     event.preventDefault();
     save(true);
   });
-  return el("div", { class: "feedback", role: "group", "aria-label": "Was this answer helpful?" }, up, down, status, commentForm);
+  return el("div", { class: "feedback", role: "group", "aria-label": t("chat.was_helpful") }, up, down, status, commentForm);
 }
 
 function botMessage() {
@@ -174,7 +178,7 @@ async function ask(text, { retried = false } = {}) {
       requestAnimationFrame(render);
     }
   };
-  turn.bubble.textContent = "Searching the sources…";
+  turn.bubble.textContent = t("chat.searching");
   controller = new AbortController();
   const started = performance.now();
 
@@ -186,8 +190,8 @@ async function ask(text, { retried = false } = {}) {
         if (name === "sources") {
           sources = data.sources || [];
           turn.item.dataset.messageId = data.message_id;
-          turn.bubble.textContent = sources.length ? `Reading ${sources.length} sources…` : "Thinking…";
-          renderSources(turn.sources, "Retrieved", sources, false);
+          turn.bubble.textContent = sources.length ? tn("chat.reading", sources.length) : t("chat.thinking");
+          renderSources(turn.sources, t("chat.retrieved"), sources, false);
         } else if (name === "token") {
           answer += data.text;
           schedule();
@@ -195,16 +199,16 @@ async function ask(text, { retried = false } = {}) {
           answer = data.answer ?? answer;
           render();
           const cited = data.citations || [];
-          if (cited.length) renderSources(turn.sources, "Sources", cited, true);
+          if (cited.length) renderSources(turn.sources, t("chat.sources"), cited, true);
           else if (data.abstained || !sources.length) renderSources(turn.sources, "", [], false);
           turn.item.dataset.state = "done";
           const seconds = ((performance.now() - started) / 1000).toFixed(1);
-          turn.meta.replaceChildren(el("span", { dir: "ltr" }, `${seconds} s`));
-          if (data.abstained) turn.meta.append(el("span", {}, "no answer in the sources"));
+          turn.meta.replaceChildren(el("span", {}, t("common.seconds", { seconds })));
+          if (data.abstained) turn.meta.append(el("span", {}, t("chat.abstained")));
           turn.item.append(feedbackControls(data.message_id));
         } else if (name === "error") {
           turn.bubble.classList.add("error");
-          turn.bubble.textContent = `No answer: ${data.message}`;
+          turn.bubble.textContent = t("chat.no_answer", { error: data.message });
           turn.item.dataset.state = "error";
         }
       },
@@ -223,7 +227,7 @@ async function ask(text, { retried = false } = {}) {
       return;
     }
     turn.bubble.classList.add("error");
-    turn.bubble.textContent = `No answer: ${err.message}`;
+    turn.bubble.textContent = t("chat.no_answer", { error: err.message });
     turn.item.dataset.state = "error";
   } finally {
     turn.bubble.classList.remove("streaming");
@@ -249,7 +253,7 @@ async function restore() {
       bot.item.append(feedbackControls(turn.message_id));
       messages.append(bot.item);
     }
-    if (session.turns.length) sessionStatus.textContent = "Conversation restored";
+    if (session.turns.length) sessionStatus.textContent = t("chat.restored");
   } catch {
     sessionId = null;
     sessionStorage.removeItem(SESSION_KEY);
@@ -266,7 +270,7 @@ form.addEventListener("submit", async (event) => {
   try {
     await ask(text);
   } catch (err) {
-    sessionStatus.textContent = `Error: ${err.message}`;
+    sessionStatus.textContent = t("common.error", { error: err.message });
   } finally {
     setBusy(false);
     question.focus();
@@ -285,7 +289,7 @@ document.getElementById("new-chat").addEventListener("click", () => {
   sessionId = null;
   sessionStorage.removeItem(SESSION_KEY);
   messages.replaceChildren();
-  sessionStatus.textContent = "Started a new conversation";
+  sessionStatus.textContent = t("chat.started");
   setTimeout(() => {
     sessionStatus.textContent = "";
   }, 4000);
@@ -301,3 +305,4 @@ for (const button of document.querySelectorAll(".example")) {
 }
 
 restore();
+document.body.dataset.ready = "1"; // tests wait for the handlers before they type

@@ -1,6 +1,8 @@
 // Helpers every page uses: JSON calls with readable errors, an SSE reader over fetch, text direction,
 // and small DOM builders (text always goes in as text, never as HTML).
 
+import { lang, t } from "./i18n.js";
+
 /** An HTTP error with the server's message and, for 422, its per-field details. */
 export class ApiError extends Error {
   constructor(status, message, body) {
@@ -51,7 +53,7 @@ export async function api(path, { method = "GET", body, headers = {}, signal } =
   try {
     response = await fetch(path, init);
   } catch (err) {
-    throw new ApiError(0, `network error: ${err.message}`, null);
+    throw new ApiError(0, t("common.network_error", { error: err.message }), null);
   }
   const parsed = await readBody(response);
   if (!response.ok) throw new ApiError(response.status, errorMessage(response.status, parsed), parsed);
@@ -72,7 +74,7 @@ export async function postStream(path, body, onEvent, { signal } = {}) {
       signal,
     });
   } catch (err) {
-    throw new ApiError(0, `network error: ${err.message}`, null);
+    throw new ApiError(0, t("common.network_error", { error: err.message }), null);
   }
   if (!response.ok || !(response.headers.get("content-type") || "").includes("text/event-stream")) {
     const parsed = await readBody(response);
@@ -143,7 +145,7 @@ export function el(tag, attrs = {}, ...children) {
 export function formatDate(value) {
   if (!value) return "—";
   const date = new Date(value);
-  return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
+  return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString(lang);
 }
 
 /** A score with a sensible number of digits. */

@@ -3,6 +3,7 @@
 // indexed pages (GET /v1/pages) and the failed jobs with a Retry button.
 
 import { api, csrfHeaders, el, errorMessage, formatDate, sleep } from "./common.js";
+import { t } from "./i18n.js";
 
 const INGEST = "/ui/api/ingest/v1";
 const FINAL = new Set(["done", "skipped", "failed"]);
@@ -23,8 +24,24 @@ const failedSummary = document.getElementById("failed-summary");
 
 let offset = 0;
 
+// A job state's words (the state itself stays in data-state for scripts and tests).
+const STATE_LABELS = {
+  uploading: t("state.uploading"),
+  accepted: t("state.accepted"),
+  queued: t("state.queued"),
+  running: t("state.running"),
+  retrying: t("state.retrying"),
+  done: t("state.done"),
+  skipped: t("state.skipped"),
+  failed: t("state.failed"),
+};
+
+function stateLabel(state) {
+  return STATE_LABELS[state] ?? state;
+}
+
 function badge(state) {
-  return el("span", { class: `badge ${state}`, dataset: { state } }, state);
+  return el("span", { class: `badge ${state}`, dataset: { state } }, stateLabel(state));
 }
 
 /** Poll a job until it ends; onUpdate(record) after every answer. Resolves the final record. */
@@ -34,7 +51,7 @@ async function pollJob(jobId, onUpdate) {
     const record = await api(`${INGEST}/jobs/${encodeURIComponent(jobId)}`);
     onUpdate(record);
     if (FINAL.has(record.state)) return record;
-    if (Date.now() > deadline) throw new Error(`job ${jobId} is still ${record.state}`);
+    if (Date.now() > deadline) throw new Error(t("documents.job_still", { job: jobId, state: stateLabel(record.state) }));
     await sleep(POLL_MS);
   }
 }
@@ -59,7 +76,7 @@ function sendFile(file, onProgress) {
       if (xhr.status >= 200 && xhr.status < 300) resolve(body);
       else reject(new Error(errorMessage(xhr.status, body)));
     });
-    xhr.addEventListener("error", () => reject(new Error("network error while uploading")));
+    xhr.addEventListener("error", () => reject(new Error(t("documents.upload_network"))));
     const data = new FormData();
     data.append("file", file, file.name);
     xhr.send(data);
@@ -68,8 +85,8 @@ function sendFile(file, onProgress) {
 
 async function upload(file) {
   let state = badge("uploading");
-  const progress = el("progress", { max: "100", value: "0", "aria-label": `Upload of ${file.name}` });
-  const detail = el("span", { class: "detail" }, `${Math.max(1, Math.round(file.size / 1024))} KB`);
+  const progress = el("progress", { max: "100", value: "0", "aria-label": t("documents.upload_of", { name: file.name }) });
+  const detail = el("span", { class: "detail" }, t("documents.kb", { kb: Math.max(1, Math.round(file.size / 1024)) }));
   const item = el("li", { class: "upload", dataset: { file: file.name, state: "uploading" } },
     el("span", { class: "name", dir: "auto", title: file.name }, file.name), state, progress, detail);
   uploads.prepend(item);
@@ -88,19 +105,19 @@ async function upload(file) {
     const doc = accepted.documents[0];
     item.dataset.jobId = doc.job_id;
     item.dataset.pageId = doc.page_id;
-    setState(doc.status, `“${doc.title}” as page ${doc.page_id}: waiting for the indexer`);
+    setState(doc.status, t("documents.waiting", { title: doc.title, id: doc.page_id }));
     const record = await pollJob(doc.job_id, (r) => {
       // A final state is shown below, with its text, in one step (tests wait on data-state).
       if (FINAL.has(r.state)) return;
-      setState(r.state, r.state === "running" ? "embedding and indexing…" : r.state === "retrying" ? `retrying: ${r.error || ""}` : undefined);
+      setState(r.state, r.state === "running" ? t("documents.running") : r.state === "retrying" ? t("documents.retrying", { error: r.error || "" }) : undefined);
     });
     if (record.state === "done") {
       const page = await api(`${INGEST}/pages/${doc.page_id}`);
-      setState("done", `Indexed as page ${page.page_id}, revision ${page.revision_id}: ${page.paragraphs} paragraphs`);
+      setState("done", t("documents.indexed", { id: page.page_id, revision: page.revision_id, paragraphs: page.paragraphs }));
     } else if (record.state === "skipped") {
-      setState("skipped", record.detail || "already indexed at this revision");
+      setState("skipped", record.detail || t("documents.already"));
     } else {
-      setState("failed", record.error || "failed");
+      setState("failed", record.error || stateLabel("failed"));
       loadFailed();
     }
     loadPages();
@@ -137,7 +154,7 @@ window.addEventListener("dragover", (event) => event.preventDefault());
 window.addEventListener("drop", (event) => event.preventDefault());
 
 async function loadPages() {
-  pagesSummary.textContent = "Loading…";
+  pagesSummary.textContent = t("common.loading");
   try {
     const body = await api(`${INGEST}/pages?limit=${PAGE_SIZE}&offset=${offset}`);
     pagesBody.replaceChildren(
@@ -150,14 +167,14 @@ async function loadPages() {
           el("td", {}, formatDate(p.last_update)))),
     );
     if (!body.pages.length) {
-      pagesBody.append(el("tr", {}, el("td", { colspan: "5", class: "muted" }, offset ? "No more pages." : "Nothing indexed yet: upload a file above.")));
+      pagesBody.append(el("tr", {}, el("td", { colspan: "5", class: "muted" }, offset ? t("documents.no_more") : t("documents.nothing"))));
     }
-    pagesSummary.textContent = `${body.indexed_paragraphs} paragraphs indexed`;
-    pagesRange.textContent = body.pages.length ? `pages ${offset + 1}–${offset + body.pages.length}` : "";
+    pagesSummary.textContent = t("documents.paragraphs_indexed", { count: body.indexed_paragraphs });
+    pagesRange.textContent = body.pages.length ? t("documents.range", { from: offset + 1, to: offset + body.pages.length }) : "";
     prev.disabled = offset === 0;
     next.disabled = body.pages.length < PAGE_SIZE;
   } catch (err) {
-    pagesSummary.textContent = `Could not list pages: ${err.message}`;
+    pagesSummary.textContent = t("documents.list_failed", { error: err.message });
   }
 }
 
@@ -173,7 +190,7 @@ document.getElementById("pages-refresh").addEventListener("click", () => loadPag
 
 function failedRow(job) {
   const status = el("span", { class: "status retry-status", role: "status" });
-  const retry = el("button", { type: "button", class: "retry", "aria-label": `Retry job ${job.job_id}` }, "Retry");
+  const retry = el("button", { type: "button", class: "retry", "aria-label": t("documents.retry_job", { job: job.job_id }) }, t("documents.retry"));
   const row = el("tr", { dataset: { jobId: job.job_id } },
     el("td", { class: "mono", title: job.job_id }, job.job_id.slice(0, 12)),
     el("td", {}, job.kind),
@@ -184,18 +201,18 @@ function failedRow(job) {
     el("td", {}, retry, " ", status));
   retry.addEventListener("click", async () => {
     retry.disabled = true;
-    status.textContent = "re-queuing…";
+    status.textContent = t("documents.requeuing");
     try {
       const accepted = await api(`${INGEST}/jobs/${encodeURIComponent(job.job_id)}/retry`, { method: "POST" });
       row.dataset.retried = "true";
-      status.textContent = `re-queued (${accepted.status})`;
+      status.textContent = t("documents.requeued", { status: stateLabel(accepted.status) });
       const record = await pollJob(job.job_id, (r) => {
-        status.textContent = `retry: ${r.state}`;
+        status.textContent = t("documents.retry_state", { state: stateLabel(r.state) });
       });
-      status.textContent = record.state === "failed" ? `retry failed again: ${record.error || ""}` : `retry: ${record.state}`;
+      status.textContent = record.state === "failed" ? t("documents.retry_failed", { error: record.error || "" }) : t("documents.retry_state", { state: stateLabel(record.state) });
       if (record.state === "done") loadPages();
     } catch (err) {
-      status.textContent = `retry refused: ${err.message}`;
+      status.textContent = t("documents.retry_refused", { error: err.message });
     } finally {
       retry.disabled = false;
     }
@@ -204,14 +221,14 @@ function failedRow(job) {
 }
 
 async function loadFailed() {
-  failedSummary.textContent = "Loading…";
+  failedSummary.textContent = t("common.loading");
   try {
     const body = await api(`${INGEST}/jobs?state=failed&limit=100`);
     failedBody.replaceChildren(...body.jobs.map(failedRow));
-    if (!body.jobs.length) failedBody.append(el("tr", {}, el("td", { colspan: "7", class: "muted" }, "No failed jobs.")));
-    failedSummary.textContent = `${body.jobs.length} failed`;
+    if (!body.jobs.length) failedBody.append(el("tr", {}, el("td", { colspan: "7", class: "muted" }, t("documents.no_failed"))));
+    failedSummary.textContent = t("documents.failed_count", { count: body.jobs.length });
   } catch (err) {
-    failedSummary.textContent = `Could not list failed jobs: ${err.message}`;
+    failedSummary.textContent = t("documents.failed_list_failed", { error: err.message });
   }
 }
 
@@ -219,3 +236,4 @@ document.getElementById("failed-refresh").addEventListener("click", () => loadFa
 
 loadPages();
 loadFailed();
+document.body.dataset.ready = "1";

@@ -3,6 +3,8 @@
 // export links follow the same filters.
 
 import { api, directionOf, el, formatDate } from "./common.js";
+import { t, tn } from "./i18n.js";
+import { linkHref } from "./links.js";
 
 const form = document.getElementById("feedback-form");
 const status = document.getElementById("feedback-status");
@@ -23,10 +25,10 @@ function filters() {
 
 /** A link to a source page, only for http(s) URLs (anything else stays plain text). */
 function sourceLink(source) {
-  const label = source.title || `page ${source.page_id}`;
-  const safe = typeof source.url === "string" && /^https?:\/\//i.test(source.url);
-  return safe
-    ? el("a", { href: source.url, target: "_blank", rel: "noopener noreferrer", dir: "auto", class: "feedback-source", dataset: { pageId: String(source.page_id) } }, label)
+  const label = source.title || t("common.page_n", { id: source.page_id });
+  const href = linkHref(source.url);
+  return href
+    ? el("a", { href, target: "_blank", rel: "noopener noreferrer", dir: "auto", class: "feedback-source", dataset: { pageId: String(source.page_id) } }, label)
     : el("span", { dir: "auto", class: "feedback-source" }, label);
 }
 
@@ -40,7 +42,7 @@ function joined(nodes) {
 }
 
 function pagesTable(pages) {
-  if (!pages.length) return el("p", { class: "muted" }, "No cited pages.");
+  if (!pages.length) return el("p", { class: "muted" }, t("admin.feedback.no_pages"));
   const rows = pages.slice(0, 20).map((p) =>
     el("tr", {},
       el("td", {}, sourceLink(p)),
@@ -48,20 +50,20 @@ function pagesTable(pages) {
       el("td", { class: "num" }, String(p.up))));
   return el("div", { class: "table-wrap" },
     el("table", { id: "feedback-pages-table" },
-      el("caption", {}, "Pages behind the listed answers (most down-rated first)"),
+      el("caption", {}, t("admin.feedback.pages_caption")),
       el("thead", {}, el("tr", {},
-        el("th", { scope: "col" }, "Page"),
-        el("th", { scope: "col", class: "num" }, "👎"),
-        el("th", { scope: "col", class: "num" }, "👍"))),
+        el("th", { scope: "col" }, t("common.col.page")),
+        el("th", { scope: "col", class: "num", "aria-label": t("feedback.rating.down") }, "👎"),
+        el("th", { scope: "col", class: "num", "aria-label": t("feedback.rating.up") }, "👍"))),
       el("tbody", {}, rows)));
 }
 
 function entriesTable(entries, truncated) {
-  if (!entries.length) return el("p", { class: "muted", id: "feedback-empty" }, "No feedback matches.");
+  if (!entries.length) return el("p", { class: "muted", id: "feedback-empty" }, t("admin.feedback.none"));
   const rows = entries.map((e) =>
     el("tr", { class: "feedback-entry", dataset: { messageId: e.message_id, rating: e.rating || "" } },
       el("td", {}, formatDate(e.feedback_at)),
-      el("td", {}, el("span", { class: `badge ${e.rating === "down" ? "failed" : e.rating === "up" ? "done" : ""}` }, e.rating || "—")),
+      el("td", {}, el("span", { class: `badge ${e.rating === "down" ? "failed" : e.rating === "up" ? "done" : ""}` }, e.rating === "up" ? t("feedback.rating.up") : e.rating === "down" ? t("feedback.rating.down") : "—")),
       el("td", { dir: directionOf(e.question) }, e.question),
       el("td", { dir: directionOf(e.answer) },
         el("details", {}, el("summary", {}, `${e.answer.slice(0, 80)}${e.answer.length > 80 ? "…" : ""}`), e.answer)),
@@ -69,9 +71,9 @@ function entriesTable(entries, truncated) {
       el("td", {}, ...joined(e.sources.map(sourceLink)))));
   return el("div", { class: "table-wrap" },
     el("table", { id: "feedback-table" },
-      el("caption", {}, truncated ? `The newest ${entries.length} answers (more match)` : `${entries.length} answers`),
+      el("caption", {}, truncated ? t("admin.feedback.newest", { count: entries.length }) : tn("admin.feedback.answers", entries.length)),
       el("thead", {}, el("tr", {},
-        ...["When", "Rating", "Question", "Answer", "Comment", "Sources"].map((h) => el("th", { scope: "col" }, h)))),
+        ...[t("admin.feedback.col.when"), t("admin.feedback.rating"), t("admin.feedback.col.question"), t("admin.feedback.col.answer"), t("admin.feedback.col.comment"), t("chat.sources")].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, rows)));
 }
 
@@ -83,14 +85,14 @@ async function load() {
     document.getElementById(id).setAttribute("href", `/v1/feedback?${exportParams}`);
   }
   params.set("limit", String(LIMIT));
-  status.textContent = "Loading…";
+  status.textContent = t("common.loading");
   try {
     const body = await api(`/v1/feedback?${params}`);
     pagesBox.replaceChildren(pagesTable(body.pages));
     entriesBox.replaceChildren(entriesTable(body.entries, body.truncated));
-    status.textContent = `${body.entries.length}${body.truncated ? "+" : ""} answers`;
+    status.textContent = body.truncated ? t("admin.feedback.more", { count: body.entries.length }) : tn("admin.feedback.answers", body.entries.length);
   } catch (err) {
-    status.textContent = `Could not load feedback: ${err.message}`;
+    status.textContent = t("admin.feedback.failed", { error: err.message });
   }
 }
 

@@ -6,6 +6,8 @@
 
 import { Marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.js";
+import { directionOf } from "./common.js";
+import { linkHref } from "./links.js";
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const SAFE_URL = /^(https?:\/\/|mailto:)/i;
@@ -54,13 +56,13 @@ const PURIFY = {
 function citationNode(n, cite) {
   const source = cite(n);
   if (!source) return document.createTextNode(`[${n}]`);
-  const safe = source.url && SAFE_URL.test(source.url);
-  const node = document.createElement(safe ? "a" : "span");
+  const href = linkHref(source.url); // a source's URL is page data: http(s) only
+  const node = document.createElement(href ? "a" : "span");
   node.className = "cite";
   node.title = source.title || "";
   node.textContent = `[${n}]`;
-  if (safe) {
-    node.href = source.url;
+  if (href) {
+    node.href = href;
     node.target = "_blank";
     node.rel = "noopener noreferrer";
   }
@@ -96,6 +98,11 @@ export function renderMarkdown(text, options = {}) {
   const html = markdown.parse(String(text ?? "").replace(/\r\n?/g, "\n"), { async: false });
   const fragment = purifier.sanitize(html, { ...PURIFY, RETURN_DOM_FRAGMENT: true });
   if (options.cite) linkCitations(fragment, options.cite);
+  // Each block keeps its own direction (by its letters, as a question's): a Hebrew quote in an English
+  // conversation still reads right to left.
+  for (const block of fragment.querySelectorAll("p, li, blockquote, h3, h4, h5, h6")) {
+    block.setAttribute("dir", directionOf(block.textContent));
+  }
   for (const table of fragment.querySelectorAll("table")) {
     const scroller = document.createElement("div"); // a wide table scrolls, the page does not
     scroller.className = "table-scroll";
