@@ -11,7 +11,7 @@ fails naming what it waited for, with the page's text.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import pytest
@@ -58,12 +58,15 @@ def wait_until(
         )
 
 
-def read_all(driver: webdriver.Chrome, css: str, **fields: str) -> list[dict[str, Any]]:
+def read_all(
+    driver: webdriver.Chrome, css: str, fields: Mapping[str, str] | None = None, **more: str
+) -> list[dict[str, Any]]:
     """Every element matching ``css`` read in one script: each field is a JS expression of ``e``.
 
     ``read_all(d, "#pages tr", id="e.dataset.pageId", cells="[...e.cells].map(c => c.innerText)")``
     """
-    body = ", ".join(f"{json.dumps(name)}: ({expression})" for name, expression in fields.items())
+    merged = {**(fields or {}), **more}
+    body = ", ".join(f"{json.dumps(name)}: ({expression})" for name, expression in merged.items())
     script = f"return Array.from(document.querySelectorAll(arguments[0]), e => ({{{body}}}));"
     return cast(list[dict[str, Any]], driver.execute_script(script, css))
 
@@ -75,12 +78,13 @@ def wait_read(
     *,
     until: Callable[[list[dict[str, Any]]], Any] = bool,
     timeout_s: float = TIMEOUT_S,
-    **fields: str,
+    fields: Mapping[str, str] | None = None,
+    **more: str,
 ) -> list[dict[str, Any]]:
     """``read_all`` polled until ``until(rows)`` holds; returns the rows read in that same step."""
 
     def probe(d: webdriver.Chrome) -> tuple[list[dict[str, Any]]] | None:
-        rows = read_all(d, css, **fields)
+        rows = read_all(d, css, fields, **more)
         return (rows,) if until(rows) else None  # a tuple: an empty list that satisfies ``until`` is falsy
 
     return wait_until(driver, what, probe, timeout_s=timeout_s)[0]
@@ -93,12 +97,13 @@ def wait_one(
     *,
     until: Callable[[dict[str, Any]], Any] = lambda row: True,
     timeout_s: float = TIMEOUT_S,
-    **fields: str,
+    fields: Mapping[str, str] | None = None,
+    **more: str,
 ) -> dict[str, Any]:
     """The first element matching ``css`` for which ``until`` holds, read in the step that found it."""
 
     def probe(d: webdriver.Chrome) -> dict[str, Any] | None:
-        return next((row for row in read_all(d, css, **fields) if until(row)), None)
+        return next((row for row in read_all(d, css, fields, **more) if until(row)), None)
 
     return wait_until(driver, what, probe, timeout_s=timeout_s)
 
