@@ -11,10 +11,7 @@ from collections.abc import Iterator, Sequence
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
-from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
+from support.browser import choose, click, wait_one, wait_read
 from support.chat_fakes import ScriptedLLM
 from support.chat_stack import ChatServer, chat_server
 
@@ -36,18 +33,6 @@ def server(redis_url: str) -> Iterator[ChatServer]:
         yield running
 
 
-def wait_rows(driver: webdriver.Chrome, css: str) -> list[WebElement]:
-    waiter = WebDriverWait(
-        driver, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException]
-    )
-    try:
-        rows: list[WebElement] = waiter.until(lambda d: d.find_elements(By.CSS_SELECTOR, css) or False)
-    except TimeoutException:
-        text = driver.execute_script("return document.body.innerText")
-        pytest.fail(f"no {css} on the admin page; its text:\n{str(text)[:2000]}")
-    return rows
-
-
 def test_the_admin_page_lists_a_down_rated_answer_with_its_source_link(
     server: ChatServer, driver: webdriver.Chrome
 ) -> None:
@@ -65,31 +50,38 @@ def test_the_admin_page_lists_a_down_rated_answer_with_its_source_link(
         assert rated.status_code == 200, rated.text
 
     driver.get(server.url + "/admin")
-    [row] = [
-        r
-        for r in wait_rows(driver, "#feedback-table tr.feedback-entry")
-        if r.get_attribute("data-message-id") == answer["message_id"]
-    ]
-    assert row.get_attribute("data-rating") == "down"
-    assert QUESTION in row.text and COMMENT in row.find_element(By.CSS_SELECTOR, ".feedback-comment").text
-    links = row.find_elements(By.CSS_SELECTOR, "a.feedback-source")
-    assert links, row.text
-    assert links[0].get_attribute("href") == cited["url"] and links[0].text == cited["title"]
-    assert links[0].get_attribute("rel") == "noopener noreferrer"
+    # Found and read in one step: the admin page redraws this table while it loads.
+    row = wait_one(
+        driver,
+        f"answer {answer['message_id']} in the feedback table",
+        "#feedback-table tr.feedback-entry",
+        until=lambda r: r["id"] == answer["message_id"],
+        id="e.dataset.messageId",
+        rating="e.dataset.rating",
+        text="e.innerText",
+        comment="(e.querySelector('.feedback-comment') || {}).innerText || ''",
+        links="[...e.querySelectorAll('a.feedback-source')].map(a => ["
+        "a.getAttribute('href'), a.innerText, a.getAttribute('rel')])",
+    )
+    assert row["rating"] == "down"
+    assert QUESTION in row["text"] and COMMENT in row["comment"]
+    assert row["links"], row["text"]
+    assert row["links"][0] == [cited["url"], cited["title"], "noopener noreferrer"]
 
-    worst = wait_rows(driver, "#feedback-pages-table tbody tr")[0]
-    assert cited["title"] in worst.text
-    csv = driver.find_element(By.ID, "feedback-csv").get_attribute("href") or ""
-    assert "/v1/feedback?" in csv and "format=csv" in csv and "rating=down" in csv
+    [worst, *_] = wait_read(
+        driver, "the worst-pages table", "#feedback-pages-table tbody tr", text="e.innerText"
+    )
+    assert cited["title"] in worst["text"]
+    [csv] = wait_read(driver, "the CSV link", "#feedback-csv", href="e.href")
+    assert "/v1/feedback?" in csv["href"] and "format=csv" in csv["href"] and "rating=down" in csv["href"]
 
     # Up-rated only: the down-rated answer leaves the list.
-    driver.find_element(By.CSS_SELECTOR, "#feedback-rating option[value='up']").click()
-    driver.find_element(By.ID, "feedback-refresh").click()
-    WebDriverWait(driver, 30).until(
-        lambda d: (
-            not any(
-                r.get_attribute("data-message-id") == answer["message_id"]
-                for r in d.find_elements(By.CSS_SELECTOR, "#feedback-table tr.feedback-entry")
-            )
-        )
+    choose(driver, "#feedback-rating", "up")
+    click(driver, "#feedback-refresh")
+    wait_read(
+        driver,
+        "the down-rated answer to leave the up-rated list",
+        "#feedback-table tr.feedback-entry",
+        until=lambda rows: all(r["id"] != answer["message_id"] for r in rows),
+        id="e.dataset.messageId",
     )

@@ -14,7 +14,6 @@ import asyncio
 import csv
 import io
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +28,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 from support.auth import KEYS, auth_settings
+from support.browser import click, wait_read, wait_until
 from support.chat_corpus import sample_pages
 from support.chat_stack import ChatServer, chat_server
 from support.ui_stack import CHROMEDRIVER, CHROMIUM, ROOT, SCREENSHOTS, WINDOW
@@ -388,30 +388,34 @@ def test_batch_of_five_with_expected_pages_exports_csv(
         timeout_s=BATCH_TIMEOUT_S,
         what="the batch",
     )
-    states = [
-        tr.get_attribute("data-state") for tr in browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
-    ]
-    assert states == ["done"] * 5
-    hits = browser.find_elements(By.CSS_SELECTOR, "#results tbody tr.hit")
-    assert hits, browser.find_element(By.ID, "results").text  # the sample pages answer most of these
-    summary = by_id(browser, "summary").text
+    # The results and summary are read in one step, after the page says it has finished.
+    [results] = wait_read(
+        browser,
+        "the batch's results",
+        "#results",
+        states="[...e.querySelectorAll('tbody tr')].map(tr => tr.dataset.state)",
+        hits="e.querySelectorAll('tbody tr.hit').length",
+        text="e.innerText",
+        summary="document.getElementById('summary').innerText",
+    )
+    assert results["states"] == ["done"] * 5
+    hits = results["hits"]
+    assert hits, results["text"]  # the sample pages answer most of these
+    summary = results["summary"]
     assert "hit@1" in summary and "MRR" in summary
-    by_id(browser, "export-csv").click()
+    click(browser, "#export-csv")
     target = downloads / "batch-results.csv"
-    deadline = time.monotonic() + 30
-    while not target.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert target.exists(), list(downloads.iterdir())
+    wait_until(browser, f"{target.name} to be downloaded", lambda d: target.exists() or None, timeout_s=60)
     exported = list(csv.DictReader(io.StringIO(target.read_text(encoding="utf-8-sig"))))
     assert [r["question"] for r in exported] == [q for q, _ in rows]
-    assert sum(r["found"] == "yes" for r in exported) == len(hits)
+    assert sum(r["found"] == "yes" for r in exported) == hits
     for row in exported:  # found and rank agree with the documents the page listed for that question
         expected = row["expected"].replace("_", " ")
         title = pages[int(expected)] if expected.isdigit() else expected
         docs = row["docs"].split(" | ")
         assert row["found"] == ("yes" if title in docs else "no"), row
         assert row["rank"] == (str(docs.index(title) + 1) if title in docs else ""), row
-    assert f"{round(100 * len(hits) / 5)}%" in by_id(browser, "summary").text
+    assert f"{round(100 * hits / 5)}%" in summary
     assert all(r["answer"] and r["docs"] and r["conversation_id"] for r in exported)
     assert sum(1 for m, p, s in wiki.relayed if (m, p, s) == ("POST", "search", 200)) >= 5
     shoot(browser, "kz-batch.png", top="summary")

@@ -9,15 +9,12 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
-from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
+from support.browser import click, read_all, type_into, wait_one, wait_read, wait_until
 from support.ui_stack import FAILING_PAGE_ID, SCREENSHOTS, WINDOW, UiStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.usefixtures("shot")]
@@ -26,46 +23,22 @@ ANSWER_TIMEOUT_S = 180.0
 JOB_TIMEOUT_S = 180.0
 QUESTION = "Who is exempt from income tax?"
 HEBREW_QUESTION = "מי זכאי לפטור ממס הכנסה?"
-_T = TypeVar("_T")
-
-
-def wait_for(
-    driver: webdriver.Chrome,
-    condition: Callable[[webdriver.Chrome], _T | None],
-    *,
-    timeout_s: float,
-    what: str,
-) -> _T:
-    """Poll ``condition`` until it is truthy; fail with what was awaited and the page's text."""
-    waiter = WebDriverWait(
-        driver, timeout_s, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException]
-    )
-    try:
-        return cast(_T, waiter.until(condition))
-    except TimeoutException:
-        pytest.fail(
-            f"timed out after {timeout_s:.0f} s waiting for {what}; page text:\n{page_text(driver)[:2000]}"
-        )
-
-
-def wait_element(
-    driver: webdriver.Chrome, css: str, *, timeout_s: float = 30.0, what: str = ""
-) -> WebElement:
-    """The first element matching ``css`` once there is one."""
-    return wait_for(
-        driver,
-        lambda d: next(iter(d.find_elements(By.CSS_SELECTOR, css)), None),
-        timeout_s=timeout_s,
-        what=what or css,
-    )
-
-
-def page_text(driver: webdriver.Chrome) -> str:
-    return str(driver.execute_script("return document.body.innerText"))
-
-
-def computed(driver: webdriver.Chrome, element: WebElement, prop: str) -> str:
-    return str(driver.execute_script("return getComputedStyle(arguments[0])[arguments[1]]", element, prop))
+# The answer's item read in one step: its state and text, its direction, its pills.
+ANSWER_FIELDS = {
+    "state": "e.dataset.state",
+    "text": "e.innerText",
+    "bubble": "(e.querySelector('.bubble') || {}).innerText || ''",
+    "direction": "getComputedStyle(e).direction",
+    "bubble_direction": "getComputedStyle(e.querySelector('.bubble')).direction",
+    "pills": "[...e.querySelectorAll('.pills .pill')].map(p => ({href: p.getAttribute('href') || '', "
+    "target: p.getAttribute('target'), title: (p.querySelector('.pill-title') || {}).innerText || '', "
+    "conf: (p.querySelector('.pill-conf') || {}).innerText || ''}))",
+    "status": "(e.querySelector('.feedback .status') || {}).innerText || ''",
+    "thumb_up": "(e.querySelector('button.thumb-up') || {getAttribute: () => null})"
+    ".getAttribute('aria-pressed')",
+}
+# After ``ask`` the answer is the conversation's last item.
+LAST_ANSWER = "li.msg-bot:last-child"
 
 
 def watch_renders(driver: webdriver.Chrome) -> None:
@@ -85,91 +58,103 @@ def watch_renders(driver: webdriver.Chrome) -> None:
     )
 
 
-def ask(driver: webdriver.Chrome, question: str) -> WebElement:
-    """Type a question, press Enter, and wait for the answer to finish; returns the answer's item."""
-    before = len(driver.find_elements(By.CSS_SELECTOR, "li.msg-bot"))
-    box = driver.find_element(By.ID, "question")
-    box.click()
-    box.send_keys(question)
-    box.send_keys(Keys.ENTER)
+def ask(driver: webdriver.Chrome, question: str) -> dict[str, Any]:
+    """Type a question, press Enter, and wait for the answer to finish; returns the answer as read then."""
+    before = len(read_all(driver, "li.msg-bot", id="1"))
+    type_into(driver, "#question", question + Keys.ENTER)
 
-    def finished(d: webdriver.Chrome) -> WebElement | None:
-        items = d.find_elements(By.CSS_SELECTOR, "li.msg-bot")
+    def finished(d: webdriver.Chrome) -> dict[str, Any] | None:
+        items = read_all(d, "li.msg-bot", fields=ANSWER_FIELDS)
         if len(items) <= before:
             return None
-        state = items[-1].get_attribute("data-state")
-        if state == "error":
-            pytest.fail(f"the answer failed: {items[-1].text}")
-        return items[-1] if state == "done" else None
+        if items[-1]["state"] == "error":
+            pytest.fail(f"the answer failed: {items[-1]['text']}")
+        return items[-1] if items[-1]["state"] == "done" else None
 
-    return wait_for(driver, finished, timeout_s=ANSWER_TIMEOUT_S, what="the streamed answer")
+    return wait_until(driver, "the streamed answer", finished, timeout_s=ANSWER_TIMEOUT_S)
+
+
+def last_answer(
+    driver: webdriver.Chrome, what: str, until: Callable[[dict[str, Any]], Any]
+) -> dict[str, Any]:
+    """The last answer, read in the step in which ``until`` holds for it."""
+    return wait_one(driver, what, LAST_ANSWER, until=until, fields=ANSWER_FIELDS)
 
 
 def test_an_english_question_streams_an_answer_with_source_pills_and_takes_feedback(
     driver: webdriver.Chrome, ui_stack: UiStack
 ) -> None:
     driver.get(ui_stack.chat_url + "/")
-    wait_for(
-        driver, lambda d: d.find_element(By.ID, "question").is_displayed(), timeout_s=30, what="the chat page"
+    wait_one(
+        driver,
+        "the chat page's question box",
+        "#question",
+        until=lambda r: r["shown"],
+        shown="!!e.offsetParent",
     )
-    driver.find_element(By.ID, "new-chat").click()
-    assert driver.switch_to.active_element.get_attribute("id") == "question"
+    click(driver, "#new-chat")
+    assert driver.execute_script("return document.activeElement.id") == "question"
     watch_renders(driver)
     answer = ask(driver, QUESTION)
 
-    bubble = answer.find_element(By.CSS_SELECTOR, ".bubble")
-    assert bubble.text.strip(), "the answer is empty"
+    assert answer["bubble"].strip(), "the answer is empty"
     renders: list[str] = driver.execute_script("return window.__renders")
     # "Searching…", "Reading N sources…", then the answer growing token by token.
     assert len(renders) >= 3, renders
-    pills = answer.find_elements(By.CSS_SELECTOR, ".pills .pill")
-    assert pills, f"no source pills under the answer: {answer.text}"
+    pills = answer["pills"]
+    assert pills, f"no source pills under the answer: {answer['text']}"
     for pill in pills:
-        assert (pill.get_attribute("href") or "").startswith("https://www.kolzchut.org.il/")
-        assert pill.get_attribute("target") == "_blank"
-        assert pill.find_element(By.CSS_SELECTOR, ".pill-title").text.strip()
-    confidences = [p.find_element(By.CSS_SELECTOR, ".pill-conf").text for p in pills]
+        assert pill["href"].startswith("https://www.kolzchut.org.il/")
+        assert pill["target"] == "_blank"
+        assert pill["title"].strip()
+    confidences = [p["conf"] for p in pills]
     assert all(re.fullmatch(r"\d{1,3}%", c) for c in confidences), confidences
-    assert computed(driver, answer, "direction") == "ltr"
+    assert answer["direction"] == "ltr"
 
-    answer.find_element(By.CSS_SELECTOR, "button.thumb-up").click()
-    status = answer.find_element(By.CSS_SELECTOR, ".feedback .status")
-    wait_for(driver, lambda d: "Thanks" in status.text, timeout_s=20, what="the rating to be saved")
-    assert answer.find_element(By.CSS_SELECTOR, "button.thumb-up").get_attribute("aria-pressed") == "true"
-    comment = answer.find_element(By.CSS_SELECTOR, ".comment-form textarea")
-    assert driver.switch_to.active_element == comment
-    comment.send_keys("Clear and sourced.")
-    answer.find_element(By.CSS_SELECTOR, ".comment-form button[type=submit]").click()
-    wait_for(driver, lambda d: "comment saved" in status.text, timeout_s=20, what="the comment to be saved")
+    click(driver, f"{LAST_ANSWER} button.thumb-up")
+    rated = last_answer(driver, "the rating to be saved", lambda a: "Thanks" in a["status"])
+    assert rated["thumb_up"] == "true"
+    assert driver.execute_script(
+        "return document.activeElement === document.querySelector(arguments[0])",
+        f"{LAST_ANSWER} .comment-form textarea",
+    )
+    type_into(driver, f"{LAST_ANSWER} .comment-form textarea", "Clear and sourced.")
+    click(driver, f"{LAST_ANSWER} .comment-form button[type=submit]")
+    last_answer(driver, "the comment to be saved", lambda a: "comment saved" in a["status"])
 
 
 def test_a_hebrew_conversation_is_laid_out_right_to_left_also_at_phone_width(
     driver: webdriver.Chrome, ui_stack: UiStack
 ) -> None:
     driver.get(ui_stack.chat_url + "/")
-    driver.find_element(By.ID, "new-chat").click()
+    click(driver, "#new-chat")
     answer = ask(driver, HEBREW_QUESTION)
-    question = driver.find_elements(By.CSS_SELECTOR, "li.msg-user")[-1]
-    assert question.text == HEBREW_QUESTION
-    assert computed(driver, question, "direction") == "rtl"
-    assert computed(driver, answer, "direction") == "rtl"
-    assert computed(driver, answer.find_element(By.CSS_SELECTOR, ".bubble"), "direction") == "rtl"
-    box = driver.find_element(By.ID, "question")
-    box.send_keys("שלום")
-    assert computed(driver, box, "direction") == "rtl"  # dir="auto" follows what is typed
-    box.clear()
+    *_, question = wait_read(
+        driver,
+        "the question in the conversation",
+        "li.msg-user",
+        text="e.innerText",
+        direction="getComputedStyle(e).direction",
+    )
+    assert question["text"] == HEBREW_QUESTION
+    assert question["direction"] == "rtl"
+    assert answer["direction"] == "rtl" and answer["bubble_direction"] == "rtl"
+    type_into(driver, "#question", "שלום")
+    # dir="auto" follows what is typed
+    assert (
+        driver.execute_script("return getComputedStyle(document.getElementById('question')).direction")
+        == "rtl"
+    )
+    type_into(driver, "#question", "", clear=True)
 
     driver.set_window_size(390, 844)
     try:
-        wait_for(
-            driver,
-            lambda d: d.execute_script("return window.innerWidth") <= 400,
-            timeout_s=10,
-            what="the phone-width window",
+        wait_until(
+            driver, "the phone-width window", lambda d: d.execute_script("return window.innerWidth") <= 400
         )
         overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"the chat page scrolls sideways by {overflow}px at phone width"
-        assert driver.find_element(By.ID, "send").is_displayed()
+        assert driver.execute_script("return !!document.getElementById('send').offsetParent")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(SCREENSHOTS / "chat-phone-width.png"))
     finally:
@@ -187,28 +172,40 @@ def test_an_uploaded_file_is_indexed_and_listed(
         encoding="utf-8",
     )
     driver.get(ui_stack.chat_url + "/documents")
-    wait_for(
+    wait_one(
         driver,
-        lambda d: "paragraphs indexed" in d.find_element(By.ID, "pages-summary").text,
-        timeout_s=30,
-        what="the page list",
+        "the page list",
+        "#pages-summary",
+        until=lambda r: "paragraphs indexed" in r["text"],
+        text="e.innerText",
     )
-    driver.find_element(By.ID, "file-input").send_keys(str(document))
+    type_into(driver, "#file-input", str(document))
 
-    def upload_done(d: webdriver.Chrome) -> WebElement | None:
-        items = d.find_elements(By.CSS_SELECTOR, f'li.upload[data-file="{document.name}"]')
-        if not items:
-            return None
-        state = items[0].get_attribute("data-state")
-        if state == "failed":
-            pytest.fail(f"the upload failed: {items[0].text}\n{ui_stack.logs()}")
-        return items[0] if state == "done" else None
+    def upload_done(row: dict[str, Any]) -> bool:
+        if row["state"] == "failed":
+            pytest.fail(f"the upload failed: {row['text']}\n{ui_stack.logs()}")
+        return bool(row["state"] == "done")
 
-    item = wait_for(driver, upload_done, timeout_s=JOB_TIMEOUT_S, what="the upload's job to finish")
-    assert re.search(r"revision \d+: [1-9]\d* paragraphs", item.text), item.text
-    page_id = item.get_attribute("data-page-id")
-    row = wait_element(driver, f'#pages tr[data-page-id="{page_id}"]', what=f"page {page_id} in the list")
-    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    item = wait_one(
+        driver,
+        "the upload's job to finish",
+        f'li.upload[data-file="{document.name}"]',
+        until=upload_done,
+        timeout_s=JOB_TIMEOUT_S,
+        state="e.dataset.state",
+        text="e.innerText",
+        page_id="e.dataset.pageId",
+    )
+    assert re.search(r"revision \d+: [1-9]\d* paragraphs", item["text"]), item["text"]
+    page_id = item["page_id"]
+    # The page list redraws itself on a timer: its row is found and read in one step.
+    row = wait_one(
+        driver,
+        f"page {page_id} in the list",
+        f'#pages tr[data-page-id="{page_id}"]',
+        cells="[...e.querySelectorAll('td')].map(c => c.innerText)",
+    )
+    cells = row["cells"]
     assert cells[1] == title and int(cells[3]) >= 1, cells
     listed = ui_stack.ingest.get(f"/v1/pages/{page_id}").json()
     assert listed["title"] == title and str(listed["paragraphs"]) == cells[3]
@@ -230,23 +227,27 @@ def test_a_failed_job_shows_its_reason_and_can_be_retried(
     assert record.get("state") == "failed", f"{record}\n{ui_stack.logs()}"
 
     driver.get(ui_stack.chat_url + "/documents")
-    row = wait_element(driver, f'#failed tr[data-job-id="{job_id}"]', what="the failed job in the list")
-    reason = row.find_element(By.CSS_SELECTOR, "td.reason").text
-    assert "500" in reason, reason
-    assert str(FAILING_PAGE_ID) in row.text
-    row.find_element(By.CSS_SELECTOR, "button.retry").click()
-    wait_for(
-        driver,
-        lambda d: row.get_attribute("data-retried") == "true",
-        timeout_s=20,
-        what="the retry to be accepted",
+    failed_row = f'#failed tr[data-job-id="{job_id}"]'
+    fields = {
+        "text": "e.innerText",
+        "reason": "(e.querySelector('td.reason') || {}).innerText || ''",
+        "retried": "e.dataset.retried || ''",
+        "status": "(e.querySelector('.retry-status') || {}).innerText || ''",
+    }
+    row = wait_one(driver, "the failed job in the list", failed_row, fields=fields)
+    assert "500" in row["reason"], row["reason"]
+    assert str(FAILING_PAGE_ID) in row["text"]
+    click(driver, f"{failed_row} button.retry")
+    wait_one(
+        driver, "the retry to be accepted", failed_row, until=lambda r: r["retried"] == "true", fields=fields
     )
-    status = row.find_element(By.CSS_SELECTOR, ".retry-status")
-    wait_for(
+    wait_one(
         driver,
-        lambda d: "failed again" in status.text,
+        "the retried job to end",
+        failed_row,
+        until=lambda r: "failed again" in r["status"],
         timeout_s=JOB_TIMEOUT_S,
-        what="the retried job to end",
+        fields=fields,
     )
     assert ui_stack.wiki.hits[FAILING_PAGE_ID] >= 3  # two attempts, then one more after the retry
 
@@ -255,46 +256,66 @@ def test_the_admin_page_shows_retrieval_scores_timings_and_validates_the_config(
     driver: webdriver.Chrome, ui_stack: UiStack
 ) -> None:
     driver.get(ui_stack.chat_url + "/admin")
-    paragraphs = wait_element(driver, "#state-paragraphs", what="the index state")
-    assert int(paragraphs.text) > 0
-    assert "multilingual-e5-small" in driver.find_element(By.ID, "index-state").text
-
-    query = driver.find_element(By.ID, "debug-query")
-    query.send_keys("income tax exemption")
-    query.send_keys(Keys.ENTER)
-    wait_for(
+    [state] = wait_read(
         driver,
-        lambda d: d.find_elements(By.CSS_SELECTOR, "#debug-documents tbody tr"),
-        timeout_s=60,
-        what="the debug view",
+        "the index state",
+        "#index-state",
+        until=lambda rows: rows and rows[0]["paragraphs"],
+        paragraphs="(e.querySelector('#state-paragraphs') || {}).innerText || ''",
+        text="e.innerText",
     )
-    branches = {b.get_attribute("data-branch"): b for b in driver.find_elements(By.CSS_SELECTOR, ".branch")}
-    assert set(branches) == {"content_multilingual-e5-small_vectors", "bm25"}, list(branches)
-    for branch in branches.values():
-        scores = [float(c.text) for c in branch.find_elements(By.CSS_SELECTOR, "td.score")]
-        assert scores and scores == sorted(scores, reverse=True), scores
-    dense = [
-        float(c.text)
-        for c in branches["content_multilingual-e5-small_vectors"].find_elements(By.CSS_SELECTOR, "td.score")
-    ]
-    assert all(0.0 < s <= 2.0 for s in dense)  # cosine + 1
-    assert driver.find_elements(By.CSS_SELECTOR, "#debug-fused tbody tr td.score")
-    timings = driver.find_element(By.ID, "debug-timings").text
-    assert "total" in timings and "embed" in timings and re.search(r"\d+\.\d ms", timings)
-    assert driver.find_element(By.ID, "debug-rerank").text  # either the rerank table or why there is none
+    assert int(state["paragraphs"]) > 0
+    assert "multilingual-e5-small" in state["text"]
 
-    temperature = wait_element(driver, "#cfg-temperature", what="the config form")
-    version = driver.find_element(By.ID, "config-version").text
-    temperature.clear()
-    temperature.send_keys("7")
-    driver.find_element(By.ID, "config-save").click()
-    error = driver.find_element(By.ID, "cfg-temperature-error")
-    wait_for(driver, lambda d: error.text.strip(), timeout_s=20, what="the temperature's validation message")
-    assert "temperature" in error.text and temperature.get_attribute("aria-invalid") == "true"
-    assert driver.find_element(By.ID, "config-version").text == version
-    temperature.clear()
-    temperature.send_keys("0.3")
-    driver.find_element(By.ID, "config-save").click()
-    status = driver.find_element(By.ID, "config-status")
-    wait_for(driver, lambda d: "Saved as version" in status.text, timeout_s=20, what="the config to be saved")
-    assert not error.text and temperature.get_attribute("aria-invalid") is None
+    type_into(driver, "#debug-query", "income tax exemption" + Keys.ENTER)
+    # The debug view is read in the step that sees it complete.
+    [debug] = wait_read(
+        driver,
+        "the debug view",
+        "body",
+        until=lambda rows: rows[-1]["documents"] and rows[-1]["timings"],
+        documents="document.querySelectorAll('#debug-documents tbody tr').length",
+        branches="Object.fromEntries([...document.querySelectorAll('.branch')].map(b => [b.dataset.branch, "
+        "[...b.querySelectorAll('td.score')].map(c => parseFloat(c.innerText))]))",
+        fused="document.querySelectorAll('#debug-fused tbody tr td.score').length",
+        timings="(document.getElementById('debug-timings') || {}).innerText || ''",
+        rerank="(document.getElementById('debug-rerank') || {}).innerText || ''",
+    )
+    branches = debug["branches"]
+    assert set(branches) == {"content_multilingual-e5-small_vectors", "bm25"}, list(branches)
+    for scores in branches.values():
+        assert scores and scores == sorted(scores, reverse=True), scores
+    assert all(0.0 < s <= 2.0 for s in branches["content_multilingual-e5-small_vectors"])  # cosine + 1
+    assert debug["fused"]
+    timings = debug["timings"]
+    assert "total" in timings and "embed" in timings and re.search(r"\d+\.\d ms", timings)
+    assert debug["rerank"]  # either the rerank table or why there is none
+
+    config = {
+        "version": "(document.getElementById('config-version') || {}).innerText || ''",
+        "error": "(document.getElementById('cfg-temperature-error') || {}).innerText || ''",
+        "invalid": "e.getAttribute('aria-invalid')",
+        "status": "(document.getElementById('config-status') || {}).innerText || ''",
+    }
+    form = wait_one(driver, "the config form", "#cfg-temperature", fields=config)
+    type_into(driver, "#cfg-temperature", "7", clear=True)
+    click(driver, "#config-save")
+    refused = wait_one(
+        driver,
+        "the temperature's validation message",
+        "#cfg-temperature",
+        until=lambda r: r["error"].strip(),
+        fields=config,
+    )
+    assert "temperature" in refused["error"] and refused["invalid"] == "true"
+    assert refused["version"] == form["version"]
+    type_into(driver, "#cfg-temperature", "0.3", clear=True)
+    click(driver, "#config-save")
+    saved = wait_one(
+        driver,
+        "the config to be saved",
+        "#cfg-temperature",
+        until=lambda r: "Saved as version" in r["status"],
+        fields=config,
+    )
+    assert not saved["error"] and saved["invalid"] is None

@@ -35,8 +35,8 @@ from ragbot.settings import (
     get_store_settings,
     get_worker_settings,
 )
+from ragbot_ingest import job_routes, routes
 from ragbot_ingest.deps import Resources
-from ragbot_ingest.routes import router
 from ragbot_ingest.upload_ids import RedisUploadIds
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings 
         service=SERVICE,
         resources=resources or default_resources,
         checks={"redis": lambda res: res.jobs.ping()},
-        routers=[router],
+        routers=[routes.router, job_routes.router],
         route_auth=route_auth,
         auth=auth,
     )

@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ragbot.errors import (
     BodyTooLarge,
-    JobNotRetryable,
     PartTooLarge,
     ReconcileRefused,
     UploadsRefused,
@@ -21,7 +20,7 @@ from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.http.responses import ErrorBody
 from ragbot.messaging.reconcile import ReconcileRequest, guard_refusal
 from ragbot.messaging.reindex import ReindexRequest
-from ragbot.schemas.jobs import JobKind, JobRecord, JobState
+from ragbot.schemas.jobs import JobRecord, JobState
 from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
@@ -53,14 +52,8 @@ class Accepted(BaseModel):
     status_url: str
 
 
-class JobList(BaseModel):
-    """Jobs in one state, most recent first."""
-
-    state: JobState
-    jobs: list[JobRecord]
-
-
-def _accepted(request: Request, response: Response, record: JobRecord) -> Accepted:
+def accepted(request: Request, response: Response, record: JobRecord) -> Accepted:
+    """The 202 body of a queued job, with ``Location`` at its status."""
     url = str(request.url_for("get_job", job_id=record.job_id))
     response.headers["Location"] = url
     return Accepted(job_id=record.job_id, status=record.state, status_url=url)
@@ -108,12 +101,12 @@ async def page_changed(
             reconcile_in_s=outcome.reconcile_in_s,
         )
         if outcome.job is not None:
-            answer = answer.model_copy(update=_accepted(request, response, outcome.job).model_dump())
+            answer = answer.model_copy(update=accepted(request, response, outcome.job).model_dump())
         return answer
     record = await service.accept_ping(
         ping=ping, allowed_hosts=settings.allowed_callback_hosts, jobs=jobs, sender=sender
     )
-    return _accepted(request, response, record)
+    return accepted(request, response, record)
 
 
 @router.post("/pages", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted, tags=["pages"])
@@ -122,7 +115,7 @@ async def push_page(
 ) -> Accepted:
     """Index a page whose content is in the body."""
     record = await service.accept_push(page=page, jobs=jobs, sender=sender)
-    return _accepted(request, response, record)
+    return accepted(request, response, record)
 
 
 @router.delete(
@@ -133,7 +126,7 @@ async def delete_page(
 ) -> Accepted:
     """Remove a page from the index."""
     record = await service.accept_delete(page_id=page_id, jobs=jobs, sender=sender)
-    return _accepted(request, response, record)
+    return accepted(request, response, record)
 
 
 class UploadedDocument(BaseModel):
@@ -317,7 +310,7 @@ async def reindex(
         record = await service.accept_reindex_wiki(
             request=body, lister=lister, batch_pages=settings.reindex_batch_pages, jobs=jobs, sender=sender
         )
-        return _accepted(request, response, record)
+        return accepted(request, response, record)
     _check_declared_length(request, settings.max_reindex_bytes + _MULTIPART_OVERHEAD)
     limits: dict[str, Any] = {
         "max_bytes": settings.max_reindex_bytes,
@@ -342,7 +335,7 @@ async def reindex(
         )
     finally:
         pages.close()
-    return _accepted(request, response, record)
+    return accepted(request, response, record)
 
 
 async def _json_body(request: Request) -> ReindexRequest:
@@ -448,8 +441,8 @@ async def reconcile(
     if outcome.job is None:
         response.status_code = status.HTTP_200_OK
         return result
-    accepted = _accepted(request, response, outcome.job)
-    return result.model_copy(update=accepted.model_dump())
+    queued = accepted(request, response, outcome.job)
+    return result.model_copy(update=queued.model_dump())
 
 
 class PageList(BaseModel):
@@ -479,50 +472,3 @@ async def get_page(page_id: PageId, store: StoreDep) -> PageState:
     if state is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"page {page_id} is not indexed")
     return state
-
-
-@router.get("/jobs/{job_id}", response_model=JobRecord, name="get_job", tags=["jobs"])
-async def get_job(job_id: JobId, jobs: JobsDep) -> JobRecord:
-    """A job's state, attempts and error."""
-    record = await jobs.get(job_id=job_id)
-    if record is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
-    if (
-        record.kind in (JobKind.reindex, JobKind.reconcile) and not record.progress
-    ):  # no batch has reported yet
-        total, count = int(record.payload.get("total", 0)), int(record.payload.get("batches", 0))
-        record = record.model_copy(
-            update={"progress": {"total": total, "done": 0, "failed": 0, "batches": count}}
-        )
-    return record
-
-
-@router.get("/jobs", response_model=JobList, tags=["jobs"])
-async def list_jobs(
-    jobs: JobsDep,
-    state: Annotated[JobState, Query(description="failed lists the dead letters")] = JobState.failed,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Offset = 0,
-) -> JobList:
-    """Jobs in one state; ``state=failed`` (the default) lists the dead letters."""
-    return JobList(state=state, jobs=await jobs.list_by_state(state=state, limit=limit, offset=offset))
-
-
-@router.post(
-    "/jobs/{job_id}/retry",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=Accepted,
-    tags=["jobs"],
-    responses={
-        409: {"model": ErrorBody, "description": "the job is not failed: only dead letters can be retried"}
-    },
-)
-async def retry_job(
-    job_id: JobId, request: Request, response: Response, jobs: JobsDep, sender: SenderDep
-) -> Accepted:
-    """Re-queue a failed (dead-lettered) job."""
-    try:
-        record = await service.retry_job(job_id=job_id, jobs=jobs, sender=sender)
-    except JobNotRetryable as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    return _accepted(request, response, record)

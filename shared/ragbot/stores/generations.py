@@ -1,50 +1,42 @@
-"""Index generations of either store: their names, where each lives, and the configured pointer.
+"""Index generations of either store: the configured store's pointer, the live generation, and a
+generation's store opened with its own definition.
 
 A generation is named after its fingerprint (``g`` + its first 8 hex digits); ``LEGACY`` is what
 was written before generations existed (the configured index prefix or file itself), and stays the
-live generation until the first ``ragbot reembed`` switches away from it.
+live generation until the first ``ragbot reembed`` switches away from it. The naming rules live in
+``ragbot.stores.generation_rules``, which the store adapters import; this module picks the adapter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from ragbot.definition import DocumentDefinition, parse_definition, stored_form
-from ragbot.errors import ConfigurationError
+from ragbot.definition import DocumentDefinition, parse_definition
 from ragbot.ports import Generation, Generations, SearchStore
 from ragbot.settings import StoreSettings
+from ragbot.stores.generation_rules import (
+    LEGACY,
+    check_generation_id,
+    embedded_file,
+    es_prefix,
+    generation_id,
+    stores_what,
+)
 
-LEGACY = "legacy"
-_ID_CHARS = frozenset("0123456789abcdef")
-
-
-def generation_id(fingerprint: str) -> str:
-    """The generation a fingerprint names: ``g<first 8 hex digits>``."""
-    head = fingerprint[:8].lower()
-    if len(head) != 8 or not set(head) <= _ID_CHARS:
-        raise ConfigurationError(f"not a sha256 fingerprint: {fingerprint!r}")
-    return f"g{head}"
-
-
-def check_generation_id(value: str) -> str:
-    """A generation id from outside (a message, the pointer file), refused unless well formed."""
-    if value == LEGACY or (len(value) == 9 and value[0] == "g" and set(value[1:]) <= _ID_CHARS):
-        return value
-    raise ConfigurationError(f"not a generation id: {value!r}")
-
-
-def es_prefix(prefix: str, generation: str) -> str:
-    """The index prefix of a generation: ``<prefix>-g<fp8>`` (its indices are ``<that>_<bucket>``)."""
-    return prefix if check_generation_id(generation) == LEGACY else f"{prefix}-{generation}"
-
-
-def embedded_file(path: Path, generation: str) -> Path:
-    """The SQLite file of a generation, beside the configured one: ``<stem>.g<fp8><suffix>``."""
-    if check_generation_id(generation) == LEGACY:
-        return path
-    return path.with_name(f"{path.stem}.{generation}{path.suffix}")
+__all__ = [
+    "LEGACY",
+    "OpenedGeneration",
+    "build_generations",
+    "check_generation_id",
+    "embedded_file",
+    "es_prefix",
+    "generation_id",
+    "open_generation",
+    "read_live",
+    "settings_for",
+    "stores_what",
+]
 
 
 def settings_for(settings: StoreSettings, generation: str) -> StoreSettings:
@@ -75,15 +67,6 @@ async def read_live(settings: StoreSettings) -> Generation:
         return await generations.live()
     finally:
         await generations.close()
-
-
-def stores_what(generation: Generation, definition: DocumentDefinition) -> bool:
-    """True when ``generation`` stores the fields and models ``definition`` says (languages and weights
-    aside), or was made before generations recorded a definition."""
-    if generation.definition is None:
-        return True
-    own = parse_definition(dict(generation.definition), origin=f"generation {generation.generation_id}")
-    return stored_form(own) == stored_form(definition)
 
 
 @dataclass(frozen=True, slots=True)

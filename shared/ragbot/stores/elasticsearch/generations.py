@@ -26,7 +26,7 @@ from ragbot.errors import ConfigurationError
 from ragbot.ports import Generation
 from ragbot.settings import StoreSettings
 from ragbot.stores.elasticsearch.store import build_client, es_errors
-from ragbot.stores.generations import LEGACY, check_generation_id, es_prefix
+from ragbot.stores.generation_rules import LEGACY, check_generation_id, es_prefix
 from ragbot.stores.mapping import index_name, index_pattern, template_name
 
 _BUCKET = re.compile(r"_\d+$")

@@ -21,7 +21,7 @@ from typing import Any
 
 from ragbot.errors import ConfigurationError, StoreUnavailable
 from ragbot.ports import Generation
-from ragbot.stores.generations import LEGACY, check_generation_id, embedded_file
+from ragbot.stores.generation_rules import LEGACY, check_generation_id, embedded_file
 
 _META_KEY = "generation"
 

@@ -1,0 +1,166 @@
+"""The LLM and the chat service: backends, answer modes, sessions, Kol-Zchut routes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings
+
+from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
+from ragbot.settings.common import settings_config
+
+
+class LLMSettings(BaseSettings):
+    """The LLM the chat service answers with (and the worker's contextual retrieval writes with)."""
+
+    model_config = settings_config("RAGBOT_CHAT_")
+    # The LLM: the embedded llama.cpp runtime (no server needed), Ollama, or any OpenAI-compatible server.
+    llm_backend: Literal["llamacpp", "ollama", "openai"] = "llamacpp"
+    # Model name sent to the server (ollama/openai); for llamacpp only a label (empty: the file's name).
+    llm_model: str = ""
+    # Ollama: http://127.0.0.1:11434; OpenAI-compatible: the base URL ending in /v1.
+    llm_url: str = ""
+    llm_api_key: SecretStr | None = None
+    llm_connect_timeout_s: float = Field(default=5.0, gt=0)
+    llm_first_token_timeout_s: float = Field(default=120.0, gt=0)
+    llm_idle_timeout_s: float = Field(default=30.0, gt=0)
+    llm_total_timeout_s: float = Field(default=300.0, gt=0)
+    llm_max_tokens: int = Field(default=512, ge=1, le=32768)
+    llm_temperature: float = Field(default=0.2, ge=0.0, le=2.0)
+    # Embedded llama.cpp: a GGUF file (empty: the packaged SmolLM2-135M-Instruct), threads (0: half the
+    # CPUs, so other processes on the machine do not stall llama.cpp), parallel slots and context tokens
+    # per slot.
+    llamacpp_model_path: Path | None = None
+    llamacpp_threads: int = Field(default=0, ge=0, le=256)
+    llamacpp_parallel: int = Field(default=4, ge=1, le=64)
+    llamacpp_context_tokens: int = Field(default=4096, ge=256, le=131072)
+    llamacpp_cache_prompt: bool = True
+    # Tokens llama.cpp processes per step across slots: smaller keeps streams flowing while another
+    # request's prompt is read, larger reads long prompts a little faster.
+    llamacpp_batch_tokens: int = Field(default=512, ge=32, le=8192)
+    # Repetition controls of llama.cpp's sampler for the embedded model (small models loop): a
+    # penalty on tokens of the last ``repeat_last_n``, and the DRY sampler against repeated phrases
+    # (0 turns each off).
+    llamacpp_repeat_penalty: float = Field(default=1.1, ge=1.0, le=2.0)
+    llamacpp_repeat_last_n: int = Field(default=128, ge=0, le=4096)
+    llamacpp_dry_multiplier: float = Field(default=0.8, ge=0.0, le=5.0)
+
+
+class ChatSettings(LLMSettings):
+    """The chat service: the LLM, sessions, answer modes, prompts and the Kol-Zchut contract."""
+
+    model_config = settings_config("RAGBOT_CHAT_")
+    host: str = "127.0.0.1"
+    port: int = 8003
+    retriever_url: str = "http://127.0.0.1:8002"
+    retriever_timeout_s: float = Field(default=30.0, gt=0)
+    # The ingest service, for the web UI's documents page (uploads, jobs, indexed pages) and how long
+    # the UI's proxy waits for it (uploads included).
+    ingest_url: str = "http://127.0.0.1:8001"
+    ingest_timeout_s: float = Field(default=120.0, gt=0)
+    # The key chat sends to the retriever and ingest (scopes retrieve and ingest), if they require one.
+    service_key: SecretStr | None = None
+    # Sessions in Redis: lifetime (refreshed on every turn), turns kept, turns sent to the LLM.
+    session_ttl_s: int = Field(default=86400, ge=60)
+    max_turns: int = Field(default=20, ge=1, le=1000)
+    history_turns: int = Field(default=3, ge=0, le=100)
+    # Answers kept for feedback and Kol-Zchut ratings.
+    message_ttl_s: int = Field(default=30 * 86400, ge=60)
+    # Rated or commented answers kept for review and export (GET /v1/feedback), under their own keys.
+    feedback_ttl_s: int = Field(default=365 * 86400, ge=60)
+    max_question_chars: int = Field(default=1000, ge=1, le=100000)
+    default_mode: Literal["strict", "grounded", "open", "quote"] = "grounded"
+    default_language: Literal["auto", "he", "en"] = "auto"
+    # A folder of prompt files (<language>/<name>.txt) overriding the packaged ones, file by file.
+    prompts_dir: Path | None = None
+    # The fixed answer when strict mode finds nothing relevant, per language (empty: the prompt file).
+    no_documents_answer: dict[str, str] = Field(default_factory=dict)
+    # Retrieval for chat: candidates per branch, pages and paragraphs per page, minimum confidence 0..1.
+    retrieval_size: int = Field(default=50, ge=1, le=1000)
+    paragraphs_per_page: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_PARAGRAPHS_PER_PAGE), min_length=1
+    )
+    relevance_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Characters of paragraph text per answer (empty: 1000 for the small embedded model, 8000 otherwise).
+    context_max_chars: int | None = Field(default=None, ge=200)
+    # Characters of earlier turns sent with a follow-up and its rewrite (empty: 600 for the embedded
+    # model, 6000 otherwise); the oldest turns go first, then answers are clipped.
+    history_max_chars: int | None = Field(default=None, ge=0)
+    # The document field whose text goes to the LLM (the definition's field_for_llm).
+    document_text_field: str = "content"
+    rewrite_followups: bool = True
+    rewrite_max_tokens: int = Field(default=64, ge=8, le=1024)
+    sse_ping_s: float = Field(default=15.0, gt=0)
+    # The quote mode (ragbot.chat.quote, no LLM): sentences quoted at most; the score the best must
+    # reach, else the turn abstains (cosine of the retriever's model, question vs sentence, plus
+    # lexical_weight x the share of the question's tokens the sentence holds, plus the cross-language
+    # bonus when the sentence is not in the question's language: e5-small's cosines across Hebrew and
+    # English run about that much lower); how far below the best another may be; the token share a
+    # sentence needs when the retriever cannot score; the model (empty: the retriever's choice,
+    # multilingual-e5-small when loaded); paragraph characters read. Figures: docs/benchmarks.md.
+    quote_max_sentences: int = Field(default=3, ge=1, le=20)
+    quote_min_score: float = Field(default=0.86, ge=-1.0, le=2.0)
+    quote_margin: float = Field(default=0.04, ge=0.0, le=2.0)
+    quote_lexical_min_score: float = Field(default=0.5, ge=0.0, le=1.0)
+    quote_lexical_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    quote_cross_language_bonus: float = Field(default=0.08, ge=0.0, le=1.0)
+    quote_model: str = ""
+    quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
+    # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
+    # configured one), those that ignore temperature, largest num_of_pages.
+    kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"
+    available_models: list[str] = Field(default_factory=list)
+    models_without_temperature: list[str] = Field(default_factory=list)
+    max_num_of_pages: int = Field(default=10, ge=1, le=100)
+    # Kol-Zchut widget endpoints (/kzchatbot/v0/*, what the KZChatbot React app calls): questions per
+    # uuid per day, uuid (cookie) lifetime in days, percent of new uuids shown the chatbot, banned words
+    # or phrases (403), longest rating text, the time zone whose midnight resets the daily count, and
+    # the browser origins CORS allows on these routes (empty: same origin only).
+    widget_daily_questions: int = Field(default=100, ge=0, le=100000)
+    widget_cookie_days: int = Field(default=365, ge=1, le=3650)
+    widget_shown_percent: int = Field(default=100, ge=0, le=100)
+    widget_banned_words: list[str] = Field(default_factory=list)
+    widget_feedback_chars: int = Field(default=1000, ge=1, le=100000)
+    widget_timezone: str = "UTC"
+    widget_cors_origins: list[str] = Field(default_factory=list)
+    # LLM admission control (ragbot.chat.admission): answers generated at once by this process (empty:
+    # llamacpp_parallel for the embedded model, 8 for a server), answers that may wait for a slot, and
+    # how long one waits; past the queue (or the wait) a 503 with Retry-After of busy_retry_after_s.
+    max_concurrent_generations: int | None = Field(default=None, ge=1, le=1024)
+    max_queued_generations: int = Field(default=32, ge=0, le=100_000)
+    generation_queue_timeout_s: float = Field(default=120.0, gt=0)
+    busy_retry_after_s: int = Field(default=5, ge=1, le=3600)
+
+    @field_validator("widget_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as Asia/Jerusalem)") from None
+        return value
+
+    @property
+    def context_budget_chars(self) -> int:
+        """Paragraph characters per answer: the setting, else a default that suits the backend."""
+        if self.context_max_chars is not None:
+            return self.context_max_chars
+        return 1000 if self.llm_backend == "llamacpp" else 8000
+
+    @property
+    def generation_slots(self) -> int:
+        """Answers generated at once: the setting, else the embedded model's slots, else 8."""
+        if self.max_concurrent_generations is not None:
+            return self.max_concurrent_generations
+        return self.llamacpp_parallel if self.llm_backend == "llamacpp" else 8
+
+    @property
+    def history_budget_chars(self) -> int:
+        """Characters of earlier turns per prompt: the setting, else a default that suits the backend."""
+        if self.history_max_chars is not None:
+            return self.history_max_chars
+        return 600 if self.llm_backend == "llamacpp" else 6000

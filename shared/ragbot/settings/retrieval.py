@@ -1,0 +1,44 @@
+"""The retriever service: search defaults, fusion, reranking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from ragbot.settings.common import settings_config
+
+
+class RetrieverSettings(BaseSettings):
+    """The retriever service."""
+
+    model_config = settings_config("RAGBOT_RETRIEVER_")
+    host: str = "127.0.0.1"
+    port: int = 8002
+    max_query_chars: int = 2000
+    # Retrieval defaults, used when a request leaves them out (see ragbot.retrieval.fusion for the methods).
+    default_mode: Literal["semantic", "lexical", "hybrid"] = "hybrid"
+    default_fusion: Literal["rrf", "page_rrf", "score"] = "score"
+    rrf_k: int = Field(default=60, ge=1, le=10000)
+    bm25_weight: float = Field(default=1.0, ge=0.0)
+    # Rerank (when a reranker is configured): top N fused paragraphs, then floor and gap-ratio cutoff.
+    # reranker_path: a cross-encoder folder (`ragbot train-reranker` writes one); unset = no rerank.
+    reranker_path: Path | None = None
+    reranker_max_length: int | None = Field(default=None, ge=16, le=8192)
+    reranker_quantize: bool = False
+    default_rerank: bool = True
+    rerank_top_n: int = Field(default=20, ge=1, le=1000)
+    rerank_min_score: float | None = None
+    rerank_gap_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    # 1: order by the cross-encoder alone; below 1, blend it with the fused score (fusion.apply_rerank).
+    rerank_weight: float = Field(default=1.0, ge=0.0, le=1.0)
+    # Every store call and every query embedding is bounded: a dependency that hangs becomes a 503.
+    store_timeout_s: float = Field(default=10.0, gt=0)
+    embed_timeout_s: float = Field(default=30.0, gt=0)
+    # How often the live index generation is looked up (a re-embed's switch is followed this fast).
+    generation_poll_s: float = Field(default=2.0, gt=0)
+    # Fuse only the dense fields whose model serves the question's script (the definition file's
+    # "languages"); a request that names its models is searched as asked. False: every field, always.
+    language_routing: bool = True
