@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
 export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD MW_BOT_APP MW_BOT_PASSWORD
 
-.PHONY: help setup deps run test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
+.PHONY: help setup deps run run-wiki test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
 
 help: ## list the targets
@@ -35,6 +35,9 @@ deps: ## install Redis, curl, unzip, a JDK, promtool, chromium and chromedriver 
 
 run: setup ## start Redis and the four services locally, index the sample pages, print the URLs
 	$(UV) run python scripts/run.py
+
+run-wiki: setup ## as run, but the pages come from a local MediaWiki (sample pages imported), indexed by polling it
+	$(UV) run python scripts/run.py --mediawiki --mediawiki-port $(MW_PORT)
 
 test: setup deps ## start real Redis + Elasticsearch + MediaWiki, run every test, stop what was started
 	@export RAGBOT_SERVICES_OWNER="make-test-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
