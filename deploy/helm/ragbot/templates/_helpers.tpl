@@ -117,3 +117,22 @@ readinessProbe:
   readOnly: true
 {{- end }}
 {{- end -}}
+
+{{/* Every worker's RAGBOT_MEDIAWIKI_* (any worker may run the poll the beat worker sends); none without apiUrl. */}}
+{{- define "ragbot.mediawikiEnv" -}}
+{{- with .Values.mediawiki }}
+{{- if .apiUrl }}
+- name: RAGBOT_MEDIAWIKI_API_URL
+  value: {{ .apiUrl | quote }}
+- name: RAGBOT_MEDIAWIKI_NAMESPACES
+  value: {{ .namespaces | toJson | quote }}
+- name: RAGBOT_MEDIAWIKI_POLL_INTERVAL_S
+  value: {{ .pollIntervalS | quote }}
+{{- if .user }}
+- name: RAGBOT_MEDIAWIKI_USER
+  value: {{ .user | quote }}
+{{ include "ragbot.secretEnv" (dict "root" $ "name" "RAGBOT_MEDIAWIKI_PASSWORD" "key" $.Values.secrets.keys.mediawikiPassword) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
