@@ -69,11 +69,13 @@ format: ## apply ruff's fixes and formatting
 openapi: ## write the three services' OpenAPI documents to docs/openapi/ (tests/unit/test_openapi.py checks them)
 	$(UV) run python scripts/openapi.py
 
-bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figures in bench/results/*.json
-	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$"; \
+bench: setup deps ## run every benchmark with real Redis + Elasticsearch + MediaWiki; figures in bench/results/*.json
+	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
 	trap 'bash scripts/services.sh down' EXIT; \
 	bash scripts/services.sh up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
+	RAGBOT_TEST_MEDIAWIKI_URL="http://127.0.0.1:$(MW_PORT)" \
+	RAGBOT_TEST_MEDIAWIKI_USER="$(MW_ADMIN_USER)" RAGBOT_TEST_MEDIAWIKI_PASSWORD="$(MW_ADMIN_PASSWORD)" \
 		$(UV) run python bench/run_all.py $(BENCH_ARGS)
 
 up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)

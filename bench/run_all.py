@@ -2,7 +2,8 @@
 
 Benchmarks that need data take it from ``RAGBOT_DATA_DIR`` (a folder holding ``beir/scifact`` and
 ``beir/heq-test``; default ``../shared/data`` when it exists). Redis and Elasticsearch come from
-``RAGBOT_TEST_REDIS_URL`` / ``RAGBOT_TEST_ES_URL`` (``make bench`` starts them). Each benchmark runs as
+``RAGBOT_TEST_REDIS_URL`` / ``RAGBOT_TEST_ES_URL``, the MediaWiki from ``RAGBOT_TEST_MEDIAWIKI_*``
+(``make bench`` starts all three). Each benchmark runs as
 its own process, one after the other, so none measures while another loads the machine. A failing
 benchmark is reported and the others still run; the exit code says whether all passed.
 
@@ -38,6 +39,8 @@ def commands(data: Path | None) -> dict[str, list[str]]:
         "security": [py, "bench/security.py"],
         "operations": [py, "bench/operations.py"],
         "hebrew": [py, "bench/hebrew.py"],  # parts whose data is missing fail and say so
+        # a worker polling the real MediaWiki (RAGBOT_TEST_MEDIAWIKI_*): edit, move, delete, a storm
+        "wiki": [py, "bench/wiki.py"],
         # make test-compose's run: image sizes, cold and warm builds, compose up and the smoke's timings
         "containers": [py, "scripts/compose_stack.py", "all"],
     }
