@@ -85,6 +85,7 @@ def create_service_app(
             if owned is not None:
                 app.state.rate_limiter = None
                 await owned.close()
+            await app.state.auth.close()
 
     app = FastAPI(
         title=f"ragbot {service}",
@@ -104,7 +105,7 @@ def create_service_app(
 
     # Inside the observability middleware, so its refusals are counted and carry a request id.
     app.add_middleware(JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes)
-    install_auth(app, auth)
+    install_auth(app, auth, service=service)
     setup_observability(
         app,
         service=service,

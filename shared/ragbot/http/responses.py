@@ -112,12 +112,13 @@ def _ref(response: dict[str, Any]) -> str:
 
 
 def _own_error_ref(responses: dict[str, Any]) -> str | None:
-    """The error body an operation declares for itself (the widget's ``{message}``), if any: the
-    statuses added to it are answered with that body too."""
+    """The error body an operation declares for itself on a 4xx (the widget's ``{message}``), if any: the
+    statuses added to it are answered with that body too. A 5xx of its own (the ``/ping/*`` routes'
+    ``PingResult``) says nothing about how the auth layer refuses."""
     ours = {_REF.format(model=m.__name__) for m in MODELS} | {_REF.format(model="HTTPValidationError")}
     for status, response in responses.items():
         ref = _ref(response)
-        if status[:1] in {"4", "5"} and ref and ref not in ours:
+        if status[:1] == "4" and ref and ref not in ours:
             return ref
     return None
 

@@ -39,6 +39,9 @@ class RateLimitSettings(BaseSettings):
     # POST /v1/retrieve (the chat service calls it once per answer).
     retrieve_per_key: str = "1200/minute"
     retrieve_per_address: str = "600/minute"
+    # The open chat page's guests, per address: conversations opened and answers rated (their questions
+    # count under chat_per_address). Keys and networks are not counted here.
+    guest_per_address: str = "60/minute"
 
     @field_validator(
         "chat_per_key",
@@ -51,6 +54,7 @@ class RateLimitSettings(BaseSettings):
         "upload_per_address",
         "retrieve_per_key",
         "retrieve_per_address",
+        "guest_per_address",
     )
     @classmethod
     def _limits_string(cls, value: str) -> str:

@@ -22,6 +22,7 @@ from ragbot.http.auth.dependency import (
     client_ip,
     include_scoped,
     install_auth,
+    owner_of,
     require,
 )
 from ragbot.http.auth.session import CSRF_COOKIE, CSRF_HEADER, GUEST, SESSION_COOKIE, SessionCookies
@@ -45,6 +46,7 @@ __all__ = [
     "include_scoped",
     "install_auth",
     "new_key",
+    "owner_of",
     "parse_ip",
     "require",
     "sha256_hex",

@@ -19,14 +19,17 @@ from ragbot.settings import AUTH_SCOPES, AuthScope, AuthSettings
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-AuthMethod = Literal["bearer", "api_key", "basic", "ping_token", "session", "network", "disabled"]
+AuthMethod = Literal["bearer", "api_key", "basic", "ping_token", "session", "guest", "network", "disabled"]
 LOOPBACK: tuple[IPNetwork, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The caller a request was authenticated as: a key's name (or the network / session it came by),
-    the scopes it holds, and how it was recognised."""
+    the scopes it holds, and how it was recognised.
+
+    A guest of the open chat page (``method == "guest"``, name ``guest:<id>``) holds no scope: it is let
+    onto the few routes that admit guests (``RouteAuth.guest``) and nowhere else."""
 
     name: str
     scopes: frozenset[AuthScope]
