@@ -135,6 +135,32 @@ def catalogue() -> list[BadInput]:
             _page(page_id=2**40),
             words="less than or equal",
         ),
+        # -- issue 28 item 4: a page id below 1 is refused everywhere a page is named
+        BadInput(
+            "push: page id 0", "ingest", "POST", "/v1/pages", _page(page_id=0), words="page ids start at 1"
+        ),
+        BadInput(
+            "push: negative page id",
+            "ingest",
+            "POST",
+            "/v1/pages",
+            _page(page_id=-7),
+            words="page ids start at 1",
+        ),
+        BadInput("page: id 0", "ingest", "GET", "/v1/pages/0", None, None, words="page ids start at 1"),
+        BadInput("delete: id 0", "ingest", "DELETE", "/v1/pages/0", None, None, words="page ids start at 1"),
+        BadInput(
+            "delete: negative id", "ingest", "DELETE", "/v1/pages/-1", None, None, words="page ids start at 1"
+        ),
+        BadInput(
+            "reindex line: page id 0",
+            "ingest",
+            "POST",
+            "/v1/reindex",
+            _page() + b"\n" + _page(page_id=0) + b"\n",
+            "application/x-ndjson",
+            words="page ids start at 1",
+        ),
         BadInput(
             "push: negative revision",
             "ingest",
