@@ -19,7 +19,7 @@ from support.hostile_cases import GUEST_DENIED, SESSION, GuestDenied
 
 from ragbot.http.auth import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, install_auth
 from ragbot.http.limits import RateLimiter
-from ragbot.settings import RateLimitSettings
+from ragbot.settings import HttpSettings, RateLimitSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -257,3 +257,56 @@ def test_a_kolzchut_conversation_is_rated_only_by_its_owner(chat: TestClient) ->
         "/rating", json={"conversation_id": conversation, "like": True}, headers=bearer("kzchatbot")
     )
     assert own.status_code == 200 and own.json()["like"] is True
+
+
+# -- 7. header limits (the size is the server's: tests/e2e/test_auth_e2e.py) ----------------------------
+
+PING = {
+    "page_id": 7,
+    "revision_id": 70,
+    "revision_date": "20250101120000",
+    "callback_url": "http://wiki.test/w/rest.php/cbragcontent/v0/page_id/",
+}
+
+
+def test_too_many_headers_are_refused_with_431_naming_the_limit() -> None:
+    with TestClient(ingest_app(auth_settings(), http=HttpSettings(max_headers=100))) as ingest:
+        many = {f"X-Filler-{n}": "x" for n in range(150)}
+        refused = ingest.get("/healthz", headers=many)
+        assert refused.status_code == 431 and "RAGBOT_HTTP_MAX_HEADERS" in refused.json()["detail"]
+        few = {f"X-Filler-{n}": "x" for n in range(50)}
+        assert ingest.get("/healthz", headers=few).status_code == 200
+
+
+# -- 10. hosts: a trusted list, and absolute URLs from configuration only ----------------------------
+
+
+def ping(client: TestClient, host: str) -> Any:
+    return client.post("/v1/pages/changed", json=PING, headers={**bearer("wiki"), "Host": host})
+
+
+def test_an_untrusted_host_is_refused_and_never_echoed() -> None:
+    with TestClient(
+        ingest_app(auth_settings(), http=HttpSettings(trusted_hosts=[])), base_url="http://127.0.0.1"
+    ) as ingest:
+        refused = ping(ingest, "evil.example")
+        assert refused.status_code == 400 and "RAGBOT_HTTP_TRUSTED_HOSTS" in refused.json()["detail"]
+        assert "evil" not in refused.text and "evil" not in str(refused.headers)
+        assert ingest.get("/healthz", headers={"Host": "10.1.2.3:8001"}).status_code == 200, "probes by IP"
+        for host in ("127.0.0.1:8001", "localhost", "[::1]:8001"):
+            accepted = ping(ingest, host)
+            assert accepted.status_code == 202, (host, accepted.text)
+            job = accepted.json()["job_id"]
+            assert accepted.headers["Location"] == accepted.json()["status_url"] == f"/v1/jobs/{job}"
+
+
+def test_absolute_urls_are_built_from_the_public_url() -> None:
+    http = HttpSettings(public_url="https://ragbot.example.org:8001", trusted_hosts=["*.internal"])
+    with TestClient(ingest_app(auth_settings(), http=http), base_url="http://127.0.0.1") as ingest:
+        for host in ("ragbot.example.org:8001", "ingest.internal", "127.0.0.1"):
+            accepted = ping(ingest, host)
+            assert accepted.status_code == 202, (host, accepted.text)
+            expected = f"https://ragbot.example.org:8001/v1/jobs/{accepted.json()['job_id']}"
+            assert accepted.headers["Location"] == accepted.json()["status_url"] == expected
+        assert ping(ingest, "internal").status_code == 400
+        assert ping(ingest, "ragbot.example.org.evil.example").status_code == 400

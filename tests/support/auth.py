@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 
 from ragbot.http.auth import install_auth
 from ragbot.ports import SearchStore
-from ragbot.settings import AuthScope, AuthSettings, ChatSettings, IngestSettings, RedisSettings
+from ragbot.settings import AuthScope, AuthSettings, ChatSettings, HttpSettings, IngestSettings, RedisSettings
 from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 from support.fakes import FakeJobs, FakeSender, MemoryStore
 
@@ -61,8 +61,8 @@ def with_sessions(app: FastAPI, auth: AuthSettings, *, service: str) -> FastAPI:
     return app
 
 
-def ingest_app(auth: AuthSettings) -> FastAPI:
-    """Ingest over in-memory fakes."""
+def ingest_app(auth: AuthSettings, *, http: HttpSettings | None = None) -> FastAPI:
+    """Ingest over in-memory fakes (``http``: its hosts and header limits)."""
     from ragbot_ingest.app import create_app
     from ragbot_ingest.deps import Resources
 
@@ -73,7 +73,7 @@ def ingest_app(auth: AuthSettings) -> FastAPI:
     async def resources() -> AsyncIterator[Resources]:
         yield Resources(settings=settings, jobs=jobs, sender=sender, store=cast(SearchStore, store))
 
-    return with_sessions(create_app(resources=resources, auth=auth), auth, service="ingest")
+    return with_sessions(create_app(resources=resources, auth=auth, http=http), auth, service="ingest")
 
 
 def chat_app(

@@ -16,6 +16,7 @@ from ragbot.errors import (
     UploadsRefused,
     ValidationFailed,
 )
+from ragbot.http.app import public_url
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.http.responses import ErrorBody
 from ragbot.messaging.reconcile import ReconcileRequest, guard_refusal
@@ -59,7 +60,7 @@ class Accepted(BaseModel):
 
 def accepted(request: Request, response: Response, record: JobRecord) -> Accepted:
     """The 202 body of a queued job, with ``Location`` at its status."""
-    url = str(request.url_for("get_job", job_id=record.job_id))
+    url = public_url(request, "get_job", job_id=record.job_id)
     response.headers["Location"] = url
     return Accepted(job_id=record.job_id, status=record.state, status_url=url)
 
@@ -272,7 +273,7 @@ async def upload_documents(
         return JSONResponse({"detail": detail}, status_code=422)
     documents = []
     for item in accepted:
-        url = str(request.url_for("get_job", job_id=item.record.job_id))
+        url = public_url(request, "get_job", job_id=item.record.job_id)
         documents.append(
             UploadedDocument(
                 filename=item.filename,

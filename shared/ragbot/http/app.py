@@ -25,12 +25,20 @@ from fastapi.routing import APIRoute
 from ragbot.errors import DependencyUnavailable
 from ragbot.http.auth import RouteRule, include_scoped, install_auth, require
 from ragbot.http.docs import install_docs
+from ragbot.http.head_guard import HeadGuardMiddleware, trusted_hosts
 from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.http.responses import document_error_responses
 from ragbot.observability.http import ReadinessCheck, setup_observability
 from ragbot.observability.tracing import instrument_app
-from ragbot.settings import AuthScope, AuthSettings, get_rate_limit_settings, get_redis_settings
+from ragbot.settings import (
+    AuthScope,
+    AuthSettings,
+    HttpSettings,
+    get_http_settings,
+    get_rate_limit_settings,
+    get_redis_settings,
+)
 
 R = TypeVar("R")
 AppLifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -61,11 +69,13 @@ def create_service_app(
     auth: AuthSettings | None = None,
     json_exempt_prefixes: Sequence[str] = (),
     lifespans: Sequence[AppLifespan] = (),
+    http: HttpSettings | None = None,
 ) -> FastAPI:
     """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them.
 
     Every router's routes get the scope ``route_auth`` gives them (``ragbot.http.auth``); ``/metrics``
-    needs ``metrics``; ``/healthz`` and ``/readyz`` stay open. ``auth`` replaces the environment's.
+    needs ``metrics``; ``/healthz`` and ``/readyz`` stay open. ``auth`` replaces the environment's, and
+    ``http`` (header count, trusted hosts: ``ragbot.http.head_guard``) too.
     """
 
     @asynccontextmanager
@@ -105,6 +115,13 @@ def create_service_app(
 
     # Inside the observability middleware, so its refusals are counted and carry a request id.
     app.add_middleware(JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes)
+    head = http or get_http_settings()
+    app.state.public_base = head.base_url  # absolute URLs in answers start here (``public_url``)
+    app.add_middleware(
+        HeadGuardMiddleware,
+        max_headers=head.max_headers,
+        hosts=trusted_hosts(public_url=head.public_url, extra=head.trusted_hosts),
+    )
     install_auth(app, auth, service=service)
     setup_observability(
         app,
@@ -126,3 +143,10 @@ def app_resources(request: Request, kind: type[R], *, starting: str, dependency:
     if resources is None:
         raise DependencyUnavailable(f"{starting} is still starting", dependency=dependency)
     return resources
+
+
+def public_url(request: Request, name: str, **params: str) -> str:
+    """The URL of the route called ``name``: ``RAGBOT_HTTP_PUBLIC_URL`` + its path, or the path alone when
+    no public URL is configured; never built from the request's ``Host``."""
+    base: str = getattr(request.app.state, "public_base", "")
+    return f"{base}{request.app.url_path_for(name, **params)}"

@@ -2,8 +2,9 @@
 each service's OpenAPI in one place so clients (and Schemathesis) see every status a route may answer.
 
 FastAPI documents only the success response and, for routes with parameters, a 422 shaped as a list of
-validation issues. The services also answer 400 (a body that cannot be parsed), 401/403 (credentials,
-where keys are configured), 404 (an unknown id in the path), 413 (over a size cap), 422 (a field named
+validation issues. The services also answer 400 (a body that cannot be parsed, an unknown Host), 401/403
+(credentials, where keys are configured), 404 (an unknown id in the path), 413 (over a size cap), 431
+(too many or too large headers: ``ragbot.http.head_guard``, ``ragbot.http.server``), 422 (a field named
 in a list, or one message) and 503 (a dependency down, named in ``dependency``; 429 comes from the rate-
 limited routes themselves): ``document_error_responses`` adds those an operation does not declare
 itself, with the operation's own error body where it declares one (the Kol-Zchut widget's
@@ -53,10 +54,16 @@ _RETRY_AFTER = {
     "Retry-After": {"description": "seconds to wait before trying again", "schema": {"type": "integer"}}
 }
 COMMON_RESPONSES: dict[int, tuple[str, type[BaseModel], dict[str, Any]]] = {
-    400: ("the body could not be parsed: send what the operation's content type says", ErrorBody, {}),
+    400: (
+        "the body could not be parsed (send what the operation's content type says), or the Host header "
+        "is not one this service answers to",
+        ErrorBody,
+        {},
+    ),
     401: ("no credentials, or a key that is not configured (when keys are configured)", ErrorBody, {}),
     403: ("the key or network is not granted this operation's scope", ErrorBody, {}),
     413: ("the body or a part is over its size cap", ErrorBody, {}),
+    431: ("too many headers, or a request line and headers over their size cap", ErrorBody, {}),
     422: ("a field is missing or invalid: the detail names it", ValidationErrorBody, {}),
     503: ("a dependency is unavailable or busy: try again later", UnavailableBody, _RETRY_AFTER),
 }

@@ -10,6 +10,7 @@ from ragbot.http.auth.credentials import (
     forwarded_client,
     new_key,
     parse_ip,
+    refusal,
     sha256_hex,
 )
 from ragbot.http.auth.dependency import (
@@ -48,6 +49,7 @@ __all__ = [
     "new_key",
     "owner_of",
     "parse_ip",
+    "refusal",
     "require",
     "sha256_hex",
 ]

@@ -7,11 +7,12 @@ Nothing here keeps or logs a presented key: it is hashed at once and only the ke
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -141,3 +142,45 @@ class Authenticator:
         if not trusted:
             return None
         return Principal(name=f"network:{client or 'local'}", scopes=frozenset({scope}), method="network")
+
+
+def _from_headers(headers: Mapping[str, str]) -> tuple[str, AuthMethod] | None:
+    """The key a plain HTTP request carries: Bearer, X-API-Key, or HTTP Basic's password."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    authorization = lowered.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip(), "bearer"
+    if lowered.get("x-api-key"):
+        return lowered["x-api-key"], "api_key"
+    if scheme.lower() == "basic" and value.strip():
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        password = decoded.partition(":")[2]
+        return (password, "basic") if password else None
+    return None
+
+
+def refusal(
+    authn: Authenticator, *, scope: AuthScope, headers: Mapping[str, str], peer: str | None
+) -> tuple[int, str] | None:
+    """Why a request outside FastAPI (the worker's metrics port) may not use ``scope``: (401 or 403, the
+    reason), or None when it may. The same rules as ``require(scope)``: a key with the scope, or a
+    network trusted for it (loopback when nothing is configured)."""
+    if not authn.enabled:
+        return None
+    presented = _from_headers(headers)
+    if presented is not None:
+        principal = authn.by_key(presented[0], presented[1])
+        if principal is None:
+            if authn.by_network(peer, scope) is not None:
+                return None
+            return 401, f"the {presented[1]} credential matches no configured key"
+        if scope not in principal.scopes:
+            return 403, f"the key '{principal.name}' lacks the '{scope}' scope this route needs"
+        return None
+    if authn.by_network(peer, scope) is not None:
+        return None
+    return 401, f"this route needs the '{scope}' scope: send a key as 'Authorization: Bearer <key>'"
