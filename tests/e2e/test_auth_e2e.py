@@ -49,7 +49,7 @@ def ingest(redis_url: str, tmp_path: Path) -> Iterator[tuple[str, ServiceProcess
             "RAGBOT_STORE_EMBEDDED_PATH": str(tmp_path / "store.sqlite3"),
             "RAGBOT_INGEST_HOST": "127.0.0.1",
             "RAGBOT_INGEST_PORT": str(port),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:9"]',
             "RAGBOT_WORKER_QUEUE": f"{prefix}.index",
             "RAGBOT_AUTH_KEYS": json.dumps(keys),
             "RAGBOT_AUTH_PING_TOKENS": json.dumps([{"name": "wiki", "token": PING_TOKEN}]),

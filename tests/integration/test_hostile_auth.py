@@ -276,6 +276,9 @@ def test_too_many_headers_are_refused_with_431_naming_the_limit() -> None:
         assert refused.status_code == 431 and "RAGBOT_HTTP_MAX_HEADERS" in refused.json()["detail"]
         few = {f"X-Filler-{n}": "x" for n in range(50)}
         assert ingest.get("/healthz", headers=few).status_code == 200
+        # A head over the size cap that reaches the app whole (one read) is refused there too.
+        big = ingest.get("/healthz", headers={"X-Bomb": "x" * 40_000})
+        assert big.status_code == 431 and "RAGBOT_HTTP_MAX_HEADER_BYTES" in big.json()["detail"]
 
 
 # -- 10. hosts: a trusted list, and absolute URLs from configuration only ----------------------------

@@ -7,7 +7,6 @@ runs first); a missing helm fails with that instruction, never a skip.
 from __future__ import annotations
 
 import json
-
 import os
 import re
 import shutil
@@ -121,7 +120,7 @@ def test_four_deployments_with_probes_resources_and_their_module(default: list[d
 def test_secrets_come_from_the_existing_secret(default: list[dict[str, Any]]) -> None:
     assert not of_kind(default, "Secret"), "the chart must not create secrets"
     deployments = of_kind(default, "Deployment")
-    for name, deployment in deployments.items():
+    for deployment in deployments.values():
         env = env_of(deployment)
         refs = {k: v["valueFrom"]["secretKeyRef"] for k, v in env.items() if "valueFrom" in v}
         assert all(ref["name"] == SECRET for ref in refs.values()), refs

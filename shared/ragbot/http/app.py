@@ -120,6 +120,7 @@ def create_service_app(
     app.add_middleware(
         HeadGuardMiddleware,
         max_headers=head.max_headers,
+        max_header_bytes=head.max_header_bytes,
         hosts=trusted_hosts(public_url=head.public_url, extra=head.trusted_hosts),
     )
     install_auth(app, auth, service=service)

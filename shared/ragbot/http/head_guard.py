@@ -1,5 +1,6 @@
 """What every request's head must pass before any route sees it: at most ``RAGBOT_HTTP_MAX_HEADERS``
-headers (else 431), and a ``Host`` this service answers to (else 400).
+headers and ``RAGBOT_HTTP_MAX_HEADER_BYTES`` of them (else 431), and a ``Host`` this service answers to
+(else 400).
 
 The size of the head (request line and headers together) is bounded earlier, by the server itself
 (``ragbot.http.server``): a head over ``RAGBOT_HTTP_MAX_HEADER_BYTES`` is refused with 431 before it
@@ -70,9 +71,10 @@ async def _refuse(send: Send, status: int, detail: str) -> None:
 class HeadGuardMiddleware:
     """Refuses a request with too many headers (431) or an unknown ``Host`` (400), saying which."""
 
-    def __init__(self, app: ASGIApp, *, max_headers: int, hosts: HostRule) -> None:
+    def __init__(self, app: ASGIApp, *, max_headers: int, hosts: HostRule, max_header_bytes: int = 0) -> None:
         self.app = app
         self.max_headers = max_headers
+        self.max_header_bytes = max_header_bytes
         self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -86,6 +88,17 @@ class HeadGuardMiddleware:
                 431,
                 f"the request has {len(headers)} headers; at most {self.max_headers} are accepted "
                 "(RAGBOT_HTTP_MAX_HEADERS)",
+            )
+            return
+        # The server stops reading a head over the limit that arrives in pieces; one that arrives whole
+        # in a single read is parsed, so its size is checked here too.
+        size = sum(len(k) + len(v) + 4 for k, v in headers)
+        if self.max_header_bytes and size > self.max_header_bytes:
+            await _refuse(
+                send,
+                431,
+                f"the request's headers are {size} bytes; at most {self.max_header_bytes} are accepted "
+                "(RAGBOT_HTTP_MAX_HEADER_BYTES)",
             )
             return
         host = next((v.decode("latin-1") for k, v in headers if k == b"host"), None)
