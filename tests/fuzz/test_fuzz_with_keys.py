@@ -1,6 +1,6 @@
 """Schemathesis once more with keys configured and no credential sent (``support.fuzz``, a short budget
-per service): every documented operation answers 401 or 403, except the open probes, and every answer
-conforms to its documented schema (the 401 bodies included)."""
+per service): every documented operation answers 401 or 403 (a malformed body included: credentials are
+checked before the body), except the open probes, and every answer conforms to its documented schema."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def test_without_a_credential_every_operation_is_refused(
     summary = f"{result.cases} cases, {len(exchanges)} requests, statuses {sorted(result.statuses.items())}"
     print(f"fuzz with keys {service}: {summary} in {result.seconds:.0f} s")
     assert result.cases > 0 and exchanges, f"nothing was fuzzed:\n{result.output}"
-    let_through = sorted({(m, p, s) for m, p, s in exchanges if s not in (401, 403) and p not in OPEN})
+    # 405: a method the path does not have (Schemathesis tries them); no route ran, nothing is shown.
+    let_through = sorted({(m, p, s) for m, p, s in exchanges if s not in (401, 403, 405) and p not in OPEN})
     assert not let_through, f"answered without a credential: {let_through[:20]}\n{stack.logs(service)}"
     assert result.failures == [] and result.returncode == 0, f"{summary}\n{result.output}"

@@ -313,3 +313,18 @@ def test_absolute_urls_are_built_from_the_public_url() -> None:
             assert accepted.headers["Location"] == accepted.json()["status_url"] == expected
         assert ping(ingest, "internal").status_code == 400
         assert ping(ingest, "ragbot.example.org.evil.example").status_code == 400
+
+
+# -- credentials before bodies: a stranger learns nothing about what a route accepts --------------------
+
+
+def test_an_invalid_body_without_a_credential_is_401_not_422() -> None:
+    with TestClient(ingest_app(auth_settings())) as ingest:
+        for body in (b'{"page_id": "x"}', b"[]", b"{not json", b"\xff\xfe", b"[" * 5000):
+            headers = {"Content-Type": "application/json"}
+            stranger = ingest.post("/v1/pages", content=body, headers=headers)
+            assert stranger.status_code == 401, stranger.text
+            wrong = ingest.post("/v1/pages", content=body, headers={**headers, **bearer("kzchatbot")})
+            assert wrong.status_code == 403, wrong.text
+            allowed = ingest.post("/v1/pages", content=body, headers={**headers, **bearer("wiki")})
+            assert allowed.status_code in (400, 422), allowed.text

@@ -8,6 +8,7 @@ conversations it opens (``owner_of``).
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -227,6 +228,34 @@ def require(scope: AuthScope, *, ping_token: bool = False, guest: bool = False) 
     return plain
 
 
+async def authenticate_first(request: Request) -> None:
+    """Raise the 401/403 the route's scope would, for a request FastAPI refused before its dependencies
+    ran (a body that is not JSON, a missing field): a caller without a credential learns nothing about
+    what a route accepts. Does nothing for open routes and for callers who may use the route."""
+    need = getattr(request.scope.get("route"), "ragbot_need", None)
+    if not isinstance(need, RouteAuth):
+        return
+    authorization = request.headers.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    bearer = basic = None
+    if scheme.lower() == "bearer" and value.strip():
+        bearer = HTTPAuthorizationCredentials(scheme="Bearer", credentials=value.strip())
+    elif scheme.lower() == "basic" and value.strip():
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            raise Unauthenticated(f"the basic credential cannot be read; {WHAT_TO_SEND}") from None
+        basic = HTTPBasicCredentials(username=user, password=password)
+    await authenticate(
+        request,
+        need=need,
+        bearer=bearer,
+        api_key=request.headers.get("x-api-key"),
+        basic=basic,
+        token=request.query_params.get("token") if need.ping_token else None,
+    )
+
+
 def include_scoped(target: FastAPI | APIRouter, router: APIRouter, rule: RouteRule | AuthScope) -> None:
     """Include ``router``'s routes with the dependency each one's ``rule`` asks for (None: open).
 
@@ -239,6 +268,7 @@ def include_scoped(target: FastAPI | APIRouter, router: APIRouter, rule: RouteRu
             # Fail closed: a nested router or a plain route would otherwise be included unguarded.
             raise TypeError(f"include_scoped takes routers of API routes only, not {route!r}")
         need = rule(route) if callable(rule) else RouteAuth(scope=rule)
+        route.ragbot_need = need  # type: ignore[attr-defined]  # read by ``authenticate_first``
         groups.setdefault(need, APIRouter()).routes.append(route)
     deps: dict[RouteAuth, params.Depends] = {}
     for need, part in groups.items():
