@@ -40,6 +40,7 @@ from ragbot.dev.servers import EMBEDDED_LLM_MODE, LocalWiki, ServiceProcess, loa
 from ragbot.messaging.wiki_poll import cursor_key
 from ragbot.settings import (
     get_chat_settings,
+    get_client_settings,
     get_ingest_settings,
     get_redis_settings,
     get_retriever_settings,
@@ -135,7 +136,8 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     allowed = json.loads(env.get("RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS", "[]") or "[]")
     if wiki_host not in allowed and "*" not in allowed:
-        env["RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"] = json.dumps([*allowed, wiki_host, "localhost"])
+        # The sample wiki's host and port: an entry without a port allows only 80 (ragbot.sources.ssrf).
+        env["RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"] = json.dumps([*allowed, wiki_host])
     return env
 
 
@@ -165,12 +167,25 @@ def build_services(env: dict[str, str], logs: Path) -> list[ServiceProcess]:
     return services
 
 
+class Refused(Exception):
+    """Ingest refused the sample pings (keys are configured and the credential is missing or wrong)."""
+
+
 def index_samples(*, ingest_url: str, wiki: LocalWiki, pages: list[dict[str, object]]) -> dict[str, int]:
-    """Ping ingest for every sample page and wait until every job has ended; returns states counted."""
+    """Ping ingest for every sample page and wait until every job has ended; returns states counted.
+
+    With keys configured (RAGBOT_AUTH_KEYS), the pings and job reads carry RAGBOT_CLIENT_API_KEY (a key
+    with the ingest scope); a refusal raises ``Refused`` with ingest's reason.
+    """
+    headers = get_client_settings().headers()
+    if headers:
+        say("indexing the samples with the key in RAGBOT_CLIENT_API_KEY")
     job_ids: list[str] = []
-    with httpx.Client(base_url=ingest_url, timeout=30.0) as client:
+    with httpx.Client(base_url=ingest_url, timeout=30.0, headers=headers) as client:
         for page in pages:
             response = client.post("/v1/pages/changed", json=wiki.ping(int(str(page["page_id"]))))
+            if response.status_code in (401, 403):
+                raise Refused(f"ingest answered {response.status_code}: {response.json().get('detail')}")
             response.raise_for_status()
             job_ids.append(response.json()["job_id"])
         say(f"pinged ingest for {len(job_ids)} sample pages; waiting for the embedder")
@@ -323,7 +338,7 @@ def main() -> int:
     started_redis = started_mediawiki = False
     try:
         redis_url, started_redis = ensure_redis(owner)
-        env = service_env(redis_url, var, "127.0.0.1")
+        env = service_env(redis_url, var, f"127.0.0.1:{args.wiki_port}")
         pages = load_pages(SAMPLES)
         revisions: dict[int, int] = {}
         if args.mediawiki:
@@ -362,10 +377,16 @@ def main() -> int:
         else:
             wiki = LocalWiki(pages, host="127.0.0.1", port=args.wiki_port).start()
             if not args.no_index:
-                counts = index_samples(
-                    ingest_url=services[0].health_url.rsplit("/", 1)[0], wiki=wiki, pages=pages
-                )
-                say("sample pages: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+                try:
+                    counts = index_samples(
+                        ingest_url=services[0].health_url.rsplit("/", 1)[0], wiki=wiki, pages=pages
+                    )
+                    say("sample pages: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+                except Refused as refused:  # the stack stays up; only the samples are not indexed
+                    say(
+                        f"sample pages not indexed: {refused}. Keys are configured (RAGBOT_AUTH_KEYS): set "
+                        "RAGBOT_CLIENT_API_KEY to a key with the ingest scope, or run with --no-index"
+                    )
             wiki_lines = [f"{'wiki':<10} {wiki.base_url}   (sample pages, content API shape)"]
         print_urls(services, wiki_lines, retriever_port)
         wait_forever(services)

@@ -59,6 +59,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
   value: {{ .Values.elasticsearch.vectorSearch | quote }}
 - name: RAGBOT_DOCUMENT_DEFINITION
   value: {{ if .Values.definition }}/etc/ragbot/definition.json{{ else }}/app/config/definition.json{{ end }}
+{{- $fullname := include "ragbot.fullname" . }}
+- name: RAGBOT_HTTP_TRUSTED_HOSTS
+  value: {{ concat (list (printf "%s-ingest" $fullname) (printf "%s-retriever" $fullname) (printf "%s-chat" $fullname)) (.Values.http.trustedHosts | default list) | toJson | quote }}
 {{- range $name, $value := .Values.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
