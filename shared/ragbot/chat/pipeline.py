@@ -22,6 +22,8 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
+from ragbot.chat.answerability import AbstentionRule, Decision, decide, evidence
+from ragbot.chat.boilerplate import is_boilerplate
 from ragbot.chat.citations import confidences, split_cited, to_source
 from ragbot.chat.events import (
     ChatEvent,
@@ -50,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 COMPLETE_PAGE_PARAGRAPHS = 1000
 _SPEAKERS: Mapping[str, tuple[str, str]] = {"he": ("משתמש", "עוזר"), "en": ("User", "Assistant")}
+_RELATED: Mapping[str, str] = {"he": "דפים קרובים שאולי יעזרו:", "en": "Related pages that may help:"}
+RELATED_PAGES = 3
 
 
 def _ms(seconds: float) -> float:
@@ -139,6 +143,14 @@ class ChatPipeline:
 
         selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
+        decision = self.answerability(request, response, selection)
+        if decision is not None:
+            debug["answerability"] = decision.debug()
+        if decision is not None and not decision.answer and self.settings.abstention_enabled:
+            yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
+            for event in self._abstain_events(request, selection, started, timings, related=True):
+                yield event
+            return
         # quote mode scores the sentences first, so the sources event's debug says how they scored
         chosen = (
             await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
@@ -151,20 +163,8 @@ class ChatPipeline:
             return
 
         if request.mode == "strict" and not selection.sources:
-            answer = self.no_documents_answer(request.language)
-            yield TokenEvent(answer)
-            timings["ttft_ms"] = _ms(time.perf_counter() - started)
-            timings["total_ms"] = timings["ttft_ms"]
-            self.metrics.abstentions.labels(request.mode).inc()
-            self._count(request, "abstained")
-            yield DoneEvent(
-                answer,
-                [],
-                [],
-                {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None},
-                timings,
-                abstained=True,
-            )
+            for event in self._abstain_events(request, selection, started, timings, related=False):
+                yield event
             return
 
         messages = self.messages(request, selection.documents)
@@ -230,6 +230,43 @@ class ChatPipeline:
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
 
+    def answerability(
+        self, request: ChatRequest, response: RetrieveResponse | None, selection: Selection
+    ) -> Decision | None:
+        """Whether the sources answer the question (``strict`` and ``quote`` only, with the retriever's
+        branch scores to read; None otherwise)."""
+        if request.mode not in ("strict", "quote") or response is None or not selection.sources:
+            return None
+        ev = evidence(
+            question=request.question,
+            debug=response.debug.model_dump(),
+            paragraphs=[d.text for d in selection.documents],
+        )
+        return None if ev is None else decide(ev, AbstentionRule(**self.settings.abstention_rule))
+
+    def _abstain_events(
+        self,
+        request: ChatRequest,
+        selection: Selection,
+        started: float,
+        timings: dict[str, float],
+        *,
+        related: bool,
+    ) -> list[ChatEvent]:
+        """The fixed "not found" answer; with ``related``, the closest pages listed after it as related
+        (in ``retrieved_not_cited``, never as citations)."""
+        pages = list({s.page_id: s for s in selection.sources}.values())[:RELATED_PAGES] if related else []
+        answer = self.no_documents_answer(request.language)
+        if pages:
+            titles = "\n".join(f"- {s.title or s.url or s.page_id}" for s in pages)
+            answer = f"{answer}\n\n{_RELATED[request.language]}\n{titles}"
+        timings["ttft_ms"] = _ms(time.perf_counter() - started)
+        timings["total_ms"] = timings["ttft_ms"]
+        self.metrics.abstentions.labels(request.mode).inc()
+        self._count(request, "abstained")
+        usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
+        return [TokenEvent(answer), DoneEvent(answer, [], pages, usage, timings, abstained=True)]
+
     def _count_tokens(self, usage: Usage, stage: str) -> None:
         """Add a generation's tokens to ``ragbot_llm_tokens_total`` (input only when the server said)."""
         tokens = self.metrics.llm_tokens
@@ -274,7 +311,9 @@ class ChatPipeline:
         timings: dict[str, float],
     ) -> list[ChatEvent]:
         """The quote mode's tokens and done event: the chosen sentences with their [n], or abstention."""
-        pieces = compose(chosen) or [self.no_documents_answer(request.language)]
+        if not chosen:
+            return self._abstain_events(request, selection, started, timings, related=True)
+        pieces = compose(chosen)
         timings["ttft_ms"] = _ms(time.perf_counter() - started)
         self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
             time.perf_counter() - started
@@ -283,11 +322,6 @@ class ChatPipeline:
         answer = "".join(pieces)
         timings["total_ms"] = _ms(time.perf_counter() - started)
         usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
-        if not chosen:
-            self.metrics.abstentions.labels(request.mode).inc()
-            self._count(request, "abstained")
-            events.append(DoneEvent(answer, [], [], usage, timings, abstained=True))
-            return events
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
         events.append(DoneEvent(answer, cited, not_cited, usage, timings, False, "stop"))
@@ -454,6 +488,9 @@ class ChatPipeline:
                 row["dropped"] = "below relevance threshold"
                 continue
             text = "" if text_field in banned else str(doc.get(text_field) or "")
+            if settings.boilerplate_filter and is_boilerplate(str(doc.get(text_field) or "")):
+                row["dropped"] = "boilerplate"
+                continue
             if used + len(text) > budget:
                 if documents:
                     row["dropped"] = "context budget"

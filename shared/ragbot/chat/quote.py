@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ragbot.chat.boilerplate import strip_furniture
 from ragbot.chat.retriever import Retriever
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.prompts import PromptDocument, detect_language
@@ -41,6 +42,10 @@ _RULE = re.compile(r"^\s*[-=_*|:\s]{3,}$")
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])(?<!\b[A-Za-z]\.)(?<!\b[A-Za-z]{2}\.)(?<!\b\d\.)\s+")
 _LINK_TAIL = re.compile(r"\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
 _URL = re.compile(r"https?://|www\.", re.IGNORECASE)
+# A link as the content API writes it, "text (url)": the text stays, the parenthesised target goes.
+_PAREN_TARGET = re.compile(
+    r"\s*\((?:https?://|/|mailto:|tel:|www\.)[^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)", re.IGNORECASE
+)
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _CITATION_LIKE = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 MIN_WORDS = 4
@@ -79,8 +84,10 @@ class Scored:
 
 
 def clean_line(line: str) -> str:
-    """A line as a reader sees it: link text without targets, no bullets, emphasis or stray ``[n]``."""
+    """A line as a reader sees it: link text without targets (markdown's, or the content API's
+    ``text (url)``), no bullets, emphasis or stray ``[n]``."""
     line = _LINK.sub(r"\1", line)
+    line = _PAREN_TARGET.sub("", line)
     line = _CITATION_LIKE.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
     line = _LINK_TAIL.sub("", line).replace("[", "")  # a link the paragraph split cut in two
     line = _BULLET.sub("", line)
@@ -112,11 +119,12 @@ def split_sentences(text: str, *, title: str = "") -> list[str]:
 
 def sentences_of(documents: Sequence[PromptDocument]) -> list[Sentence]:
     """Every sentence of the numbered documents, in rank then document order, capped at what the
-    retriever scores in one call (and without repeats: the first source that says it keeps it)."""
+    retriever scores in one call (and without repeats: the first source that says it keeps it); the
+    site's furniture lines (``ragbot.chat.boilerplate``) are never among them."""
     seen: set[str] = set()
     out: list[Sentence] = []
     for doc in documents:
-        for position, text in enumerate(split_sentences(doc.text, title=doc.title)):
+        for position, text in enumerate(split_sentences(strip_furniture(doc.text), title=doc.title)):
             key = text.casefold()
             if key in seen:
                 continue

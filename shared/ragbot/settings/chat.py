@@ -11,6 +11,10 @@ from pydantic_settings import BaseSettings
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
 from ragbot.settings.common import settings_config
 
+# Fitted on the tuning half only (bench/answers.py --fit; figures in docs/benchmarks.md). A threshold of
+# -inf would answer everything, as before.
+ABSTENTION_RULE: dict[str, float] = {"threshold": float("-inf")}
+
 
 class LLMSettings(BaseSettings):
     """The LLM the chat service answers with (and the worker's contextual retrieval writes with)."""
@@ -108,6 +112,13 @@ class ChatSettings(LLMSettings):
     quote_cross_language_bonus: float = Field(default=0.08, ge=0.0, le=1.0)
     quote_model: str = ""
     quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
+    # Abstention in strict and quote mode (ragbot.chat.answerability): on, and the linear rule over
+    # the turn's evidence (bias, dense_top, dense_gap, bm25_gap, agree, coverage, threshold), fitted on
+    # the tuning half of samples/kolzchut/abstention_questions.json by bench/answers.py --fit.
+    abstention_enabled: bool = True
+    abstention_rule: dict[str, float] = Field(default_factory=lambda: dict(ABSTENTION_RULE))
+    # Paragraphs that are the site's furniture (ragbot.chat.boilerplate) never become sources.
+    boilerplate_filter: bool = True
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
     kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"
