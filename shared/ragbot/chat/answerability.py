@@ -11,7 +11,11 @@ the turn already has, with no extra model call:
 - ``agree``: 1 when BM25's best page is dense's best page (0 when BM25 found nothing);
 - ``coverage``: the share of the question's key terms (analyzer tokens of three letters or more,
   function words left out) that the best few paragraphs hold; a question whose key terms are missing
-  from every paragraph it found asks about something the pages do not say.
+  from every paragraph it found asks about something the pages do not say;
+- ``sentence_top``: the best sentence score of the quote mode's scorer (the retriever's model, question
+  against each sentence of the sources, ``ragbot.chat.quote.score``);
+- ``cross_language``: 1 when the question is not in the best paragraph's language (coverage then says
+  nothing, and cosines across languages run lower).
 
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers.py --fit``, see docs/benchmarks.md)
@@ -27,9 +31,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ragbot.chat.events import ChatRequest, Selection
+from ragbot.chat.quote import QuoteOptions, score, sentences_of
+from ragbot.chat.retriever import Retriever
+from ragbot.chat.schemas import Source
+from ragbot.prompts import detect_language
+from ragbot.schemas.retrieval import RetrieveResponse
 from ragbot.text import analyze
 
-__all__ = ["AbstentionRule", "Decision", "Evidence", "decide", "evidence", "key_terms"]
+__all__ = [
+    "AbstentionRule",
+    "Decision",
+    "Evidence",
+    "assess",
+    "decide",
+    "evidence",
+    "key_terms",
+    "related_answer",
+]
 
 # Words that carry no question-specific meaning, in both languages (after the analyzer's lower-casing).
 _FUNCTION_WORDS = frozenset(
@@ -46,6 +65,8 @@ _FUNCTION_WORDS = frozenset(
         """
     )
 )
+_RELATED: Mapping[str, str] = {"he": "דפים קרובים שאולי יעזרו:", "en": "Related pages that may help:"}
+RELATED_PAGES = 3
 KEY_TERM_MIN_LETTERS = 3
 COVERAGE_PARAGRAPHS = 3
 
@@ -80,6 +101,8 @@ class Evidence:
     bm25_gap: float
     agree: float
     coverage: float
+    sentence_top: float = 0.0
+    cross_language: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The features by name, rounded for debug and reports."""
@@ -108,7 +131,9 @@ def _top_page(rows: Sequence[Mapping[str, Any]], branch_names: set[str]) -> int 
     return None if top is None else top[1]
 
 
-def evidence(*, question: str, debug: Mapping[str, Any], paragraphs: Sequence[str]) -> Evidence | None:
+def evidence(
+    *, question: str, debug: Mapping[str, Any], paragraphs: Sequence[str], sentence_top: float | None = None
+) -> Evidence | None:
     """The features of one turn from the retriever's debug view and the numbered paragraphs' texts; None
     when the debug view holds no branch scores to read (a retriever that does not say)."""
     branches = debug.get("branches") or {}
@@ -135,6 +160,10 @@ def evidence(*, question: str, debug: Mapping[str, Any], paragraphs: Sequence[st
         bm25_gap=bm25_gap,
         agree=agree,
         coverage=coverage(question, paragraphs[:COVERAGE_PARAGRAPHS]),
+        sentence_top=sentence_top if sentence_top is not None else dense_top,
+        cross_language=float(
+            bool(paragraphs) and detect_language(question) != detect_language(paragraphs[0])
+        ),
     )
 
 
@@ -148,6 +177,8 @@ class AbstentionRule:
     bm25_gap: float = 0.0
     agree: float = 0.0
     coverage: float = 0.0
+    sentence_top: float = 0.0
+    cross_language: float = 0.0
     threshold: float = -math.inf
 
     def score(self, ev: Evidence) -> float:
@@ -159,6 +190,8 @@ class AbstentionRule:
             + self.bm25_gap * ev.bm25_gap
             + self.agree * ev.agree
             + self.coverage * ev.coverage
+            + self.sentence_top * ev.sentence_top
+            + self.cross_language * ev.cross_language
         )
 
 
@@ -179,3 +212,46 @@ def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     """Answer when the rule's score reaches its threshold."""
     value = rule.score(ev)
     return Decision(answer=value >= rule.threshold, score=value, evidence=ev)
+
+
+async def assess(
+    *,
+    request: ChatRequest,
+    response: RetrieveResponse | None,
+    selection: Selection,
+    quote_debug: Mapping[str, Any] | None,
+    retriever: Retriever,
+    options: QuoteOptions,
+    rule: AbstentionRule,
+) -> Decision | None:
+    """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
+    scores to read (None otherwise). Quote mode has scored its sentences already; strict scores them the
+    same way (one similarity call), so both modes decide on the same evidence."""
+    if request.mode not in ("strict", "quote") or response is None or not selection.sources:
+        return None
+    best = (quote_debug or {}).get("best")
+    if request.mode == "strict":
+        scored = await score(
+            retriever=retriever,
+            question=request.question,
+            sentences=sentences_of(selection.documents),
+            options=options,
+        )
+        best = max(scored.scores) if scored.scores and scored.scorer != "overlap" else None
+    ev = evidence(
+        question=request.question,
+        debug=response.debug.model_dump(),
+        paragraphs=[d.text for d in selection.documents],
+        sentence_top=None if best is None else float(best),
+    )
+    return None if ev is None else decide(ev, rule)
+
+
+def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:
+    """The abstention's answer: "not found", then the closest pages (one source each, at most
+    ``RELATED_PAGES``) listed as related; and those sources, to send as related, never as citations."""
+    pages = list({s.page_id: s for s in sources}.values())[:RELATED_PAGES]
+    if not pages:
+        return not_found, []
+    titles = "\n".join(f"- {s.title or s.url or s.page_id}" for s in pages)
+    return f"{not_found}\n\n{_RELATED.get(language, _RELATED['en'])}\n{titles}", pages

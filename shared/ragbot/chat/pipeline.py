@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
-from ragbot.chat.answerability import AbstentionRule, Decision, decide, evidence
+from ragbot.chat.answerability import AbstentionRule, assess, related_answer
 from ragbot.chat.boilerplate import is_boilerplate
 from ragbot.chat.citations import confidences, split_cited, to_source
 from ragbot.chat.events import (
@@ -37,7 +37,7 @@ from ragbot.chat.events import (
 )
 from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
-from ragbot.chat.quote import QuoteOptions, Sentence, choose_sentences, compose, score, sentences_of
+from ragbot.chat.quote import QuoteOptions, Sentence, compose, quote_sentences
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
@@ -52,8 +52,6 @@ logger = logging.getLogger(__name__)
 
 COMPLETE_PAGE_PARAGRAPHS = 1000
 _SPEAKERS: Mapping[str, tuple[str, str]] = {"he": ("משתמש", "עוזר"), "en": ("User", "Assistant")}
-_RELATED: Mapping[str, str] = {"he": "דפים קרובים שאולי יעזרו:", "en": "Related pages that may help:"}
-RELATED_PAGES = 3
 
 
 def _ms(seconds: float) -> float:
@@ -143,7 +141,19 @@ class ChatPipeline:
 
         selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
-        decision = self.answerability(request, response, selection)
+        # quote mode scores the sentences first, so the sources event's debug says how they scored
+        chosen = (
+            await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
+        )
+        decision = await assess(
+            request=request,
+            response=response,
+            selection=selection,
+            quote_debug=debug.get("quote"),
+            retriever=self.retriever,
+            options=QuoteOptions.from_settings(self.settings),
+            rule=AbstentionRule(**self.settings.abstention_rule),
+        )
         if decision is not None:
             debug["answerability"] = decision.debug()
         if decision is not None and not decision.answer and self.settings.abstention_enabled:
@@ -151,10 +161,6 @@ class ChatPipeline:
             for event in self._abstain_events(request, selection, started, timings, related=True):
                 yield event
             return
-        # quote mode scores the sentences first, so the sources event's debug says how they scored
-        chosen = (
-            await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
-        )
         yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
 
         if request.mode == "quote":
@@ -230,20 +236,6 @@ class ChatPipeline:
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
 
-    def answerability(
-        self, request: ChatRequest, response: RetrieveResponse | None, selection: Selection
-    ) -> Decision | None:
-        """Whether the sources answer the question (``strict`` and ``quote`` only, with the retriever's
-        branch scores to read; None otherwise)."""
-        if request.mode not in ("strict", "quote") or response is None or not selection.sources:
-            return None
-        ev = evidence(
-            question=request.question,
-            debug=response.debug.model_dump(),
-            paragraphs=[d.text for d in selection.documents],
-        )
-        return None if ev is None else decide(ev, AbstentionRule(**self.settings.abstention_rule))
-
     def _abstain_events(
         self,
         request: ChatRequest,
@@ -255,11 +247,9 @@ class ChatPipeline:
     ) -> list[ChatEvent]:
         """The fixed "not found" answer; with ``related``, the closest pages listed after it as related
         (in ``retrieved_not_cited``, never as citations)."""
-        pages = list({s.page_id: s for s in selection.sources}.values())[:RELATED_PAGES] if related else []
-        answer = self.no_documents_answer(request.language)
-        if pages:
-            titles = "\n".join(f"- {s.title or s.url or s.page_id}" for s in pages)
-            answer = f"{answer}\n\n{_RELATED[request.language]}\n{titles}"
+        answer, pages = related_answer(
+            self.no_documents_answer(request.language), request.language, selection.sources if related else []
+        )
         timings["ttft_ms"] = _ms(time.perf_counter() - started)
         timings["total_ms"] = timings["ttft_ms"]
         self.metrics.abstentions.labels(request.mode).inc()
@@ -279,27 +269,14 @@ class ChatPipeline:
         self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
     ) -> list[Sentence]:
         """The quote mode's sentences (scored by the retriever's model), with how they scored in debug."""
-        options = self.quote_options()
         t0 = time.perf_counter()
-        scored = await score(
+        chosen, debug["quote"] = await quote_sentences(
             retriever=self.retriever,
             question=request.question,
-            sentences=sentences_of(selection.documents),
-            options=options,
+            documents=selection.documents,
+            options=QuoteOptions.from_settings(self.settings),
         )
-        chosen = choose_sentences(scored, options)
         timings["quote_ms"] = _ms(time.perf_counter() - t0)
-        position = {id(s): i for i, s in enumerate(scored.sentences)}
-        debug["quote"] = {
-            "scorer": scored.scorer,
-            "error": scored.error,
-            "sentences": len(scored.sentences),
-            "best": round(max(scored.scores), 6) if scored.scores else None,
-            "chosen": [
-                {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
-                for s in chosen
-            ],
-        }
         return chosen
 
     def _quote_events(
@@ -326,19 +303,6 @@ class ChatPipeline:
         self._count(request, "answered")
         events.append(DoneEvent(answer, cited, not_cited, usage, timings, False, "stop"))
         return events
-
-    def quote_options(self) -> QuoteOptions:
-        """The quote mode's thresholds from settings."""
-        s = self.settings
-        return QuoteOptions(
-            max_sentences=s.quote_max_sentences,
-            min_score=s.quote_min_score,
-            margin=s.quote_margin,
-            model=s.quote_model or None,
-            lexical_min_score=s.quote_lexical_min_score,
-            lexical_weight=s.quote_lexical_weight,
-            cross_language_bonus=s.quote_cross_language_bonus,
-        )
 
     def _count(self, request: ChatRequest, outcome: str) -> None:
         self.metrics.answers.labels(request.mode, request.channel, outcome).inc()

@@ -22,15 +22,26 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ragbot.chat.boilerplate import strip_furniture
 from ragbot.chat.retriever import Retriever
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.prompts import PromptDocument, detect_language
 from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
+from ragbot.settings import ChatSettings
 from ragbot.text import analyze
 
-__all__ = ["QuoteOptions", "Scored", "Sentence", "choose_sentences", "compose", "score", "split_sentences"]
+__all__ = [
+    "QuoteOptions",
+    "Scored",
+    "Sentence",
+    "choose_sentences",
+    "compose",
+    "quote_sentences",
+    "score",
+    "split_sentences",
+]
 
 # A markdown link or image: its text stays, the target goes.
 _LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
@@ -62,6 +73,19 @@ class QuoteOptions:
     lexical_min_score: float = 0.5
     lexical_weight: float = 0.0
     cross_language_bonus: float = 0.0
+
+    @classmethod
+    def from_settings(cls, s: ChatSettings) -> QuoteOptions:
+        """The quote mode's thresholds from the chat settings."""
+        return cls(
+            max_sentences=s.quote_max_sentences,
+            min_score=s.quote_min_score,
+            margin=s.quote_margin,
+            model=s.quote_model or None,
+            lexical_min_score=s.quote_lexical_min_score,
+            lexical_weight=s.quote_lexical_weight,
+            cross_language_bonus=s.quote_cross_language_bonus,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,3 +215,24 @@ def compose(chosen: Sequence[Sentence]) -> list[str]:
         pieces.append(f"{lead}{sentence.text} [{sentence.number}]")
         previous = sentence.number
     return pieces
+
+
+async def quote_sentences(
+    *, retriever: Retriever, question: str, documents: Sequence[PromptDocument], options: QuoteOptions
+) -> tuple[list[Sentence], dict[str, Any]]:
+    """The sentences to quote (scored by the retriever's model), and how they scored (the debug view)."""
+    scored = await score(
+        retriever=retriever, question=question, sentences=sentences_of(documents), options=options
+    )
+    chosen = choose_sentences(scored, options)
+    position = {id(s): i for i, s in enumerate(scored.sentences)}
+    return chosen, {
+        "scorer": scored.scorer,
+        "error": scored.error,
+        "sentences": len(scored.sentences),
+        "best": round(max(scored.scores), 6) if scored.scores else None,
+        "chosen": [
+            {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
+            for s in chosen
+        ],
+    }
