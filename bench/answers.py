@@ -33,15 +33,18 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "answers.json"
-FEATURES = ("dense_top", "dense_gap", "bm25_gap", "agree", "coverage")
+FEATURES = ("dense_top", "dense_gap", "bm25_gap", "agree", "coverage", "sentence_top", "cross_language")
 MAX_TOKENS = 96
+L2 = 1.0
 
 
-def fit_rule(rows: Sequence[dict[str, Any]], *, l2: float = 0.1, steps: int = 5000) -> dict[str, float]:
-    """A logistic regression of "answerable" on the evidence, as an ``AbstentionRule`` in raw units, with
-    the threshold that maximises the mean of the two accuracies (answered / abstained) on ``rows``."""
+def fit_rule(rows: Sequence[dict[str, Any]], *, l2: float = L2, steps: int = 5000) -> dict[str, float]:
+    """A logistic regression of "answering helps" (the pages answer it and the answer cites such a page)
+    on the evidence, as an ``AbstentionRule`` in raw units, with the threshold that maximises the mean of
+    ``gold_cited`` (over the answerable questions) and the share of unanswerable ones abstained on."""
     x = np.array([[float(r["evidence"][f]) for f in FEATURES] for r in rows])
-    y = np.array([1.0 if r["gold_page_id"] is not None else 0.0 for r in rows])
+    y = np.array([1.0 if r["gold_page_id"] is not None and r["gold_cited"] else 0.0 for r in rows])
+    answerable = np.array([r["gold_page_id"] is not None for r in rows])
     mean, std = x.mean(axis=0), x.std(axis=0) + 1e-9
     z = (x - mean) / std
     w, b = np.zeros(len(FEATURES)), 0.0
@@ -54,9 +57,9 @@ def fit_rule(rows: Sequence[dict[str, Any]], *, l2: float = 0.1, steps: int = 50
     scores = x @ raw_w + raw_b
     best: tuple[float, float] = (-1.0, 0.0)
     for t in sorted(set(scores.round(6))):
-        answered = float(np.mean(scores[y == 1] >= t))
-        abstained = float(np.mean(scores[y == 0] < t))
-        value = (answered + abstained) / 2
+        cited = float(np.sum((scores >= t) & (y == 1)) / max(int(np.sum(answerable)), 1))
+        abstained = float(np.mean(scores[~answerable] < t))
+        value = (cited + abstained) / 2
         if value > best[0]:
             best = (value, float(t))
     rule = {"bias": round(raw_b, 6), **{f: round(float(v), 6) for f, v in zip(FEATURES, raw_w, strict=True)}}
@@ -88,6 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     """Fit on the tuning half (``--fit``) or report the held-out half."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--fit", action="store_true", help="fit the rule on the tuning half and print it")
+    parser.add_argument(
+        "--from-report",
+        type=Path,
+        help="with --fit: read the tuning half's answers from this report of "
+        "`ragbot eval-answers --half tune --modes quote --output FILE` instead of answering them again",
+    )
     parser.add_argument("--strict", action="store_true", help="also the embedded LLM's strict mode")
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="strict answers' token cap")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -100,6 +109,14 @@ def main(argv: list[str] | None = None) -> None:
     from ragbot.evaluation.answers import half_of, load_questions, run_answers
 
     questions = load_questions()
+    if args.fit and args.from_report:
+        tune = {q.id for q in half_of(questions, "tune")}
+        answers = json.loads(args.from_report.read_text(encoding="utf-8"))["answers"]
+        rows = [r for r in answers if r["mode"] == "quote" and r["evidence"]]
+        if not rows or any(r["id"] not in tune for r in rows):
+            raise SystemExit("the report must hold answers to the tuning half only, in quote mode")
+        sys.stdout.write(json.dumps(fit_rule(rows), indent=2) + "\n")
+        return
     if args.fit:
         run = asyncio.run(
             run_answers(

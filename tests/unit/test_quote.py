@@ -121,7 +121,7 @@ def make(**settings: Any) -> tuple[ChatPipeline, ScriptedLLM, StaticRetriever, C
         llm=llm,
         retriever=retriever,
         prompts=PromptLibrary(),
-        settings=ChatSettings(**{"quote_min_score": 0.5, **settings}),
+        settings=ChatSettings(**{"quote_min_score": 0.5, "abstention_enabled": False, **settings}),
         metrics=chat_metrics(registry),
     )
     return pipeline, llm, retriever, registry

@@ -11,9 +11,19 @@ from pydantic_settings import BaseSettings
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
 from ragbot.settings.common import settings_config
 
-# Fitted on the tuning half only (bench/answers.py --fit; figures in docs/benchmarks.md). A threshold of
-# -inf would answer everything, as before.
-ABSTENTION_RULE: dict[str, float] = {"threshold": float("-inf")}
+# Fitted on the tuning half only (bench/answers.py --fit: a logistic regression over the evidence of
+# ragbot.chat.answerability, L2 1.0; figures in docs/benchmarks.md). {"threshold": -inf} answers all.
+ABSTENTION_RULE: dict[str, float] = {
+    "bias": -47.586061,
+    "dense_top": 14.306191,
+    "dense_gap": 82.80072,
+    "bm25_gap": -0.074326,
+    "agree": 0.511531,
+    "coverage": -0.028404,
+    "sentence_top": 36.939234,
+    "cross_language": 2.149199,
+    "threshold": 0.397365,
+}
 
 
 class LLMSettings(BaseSettings):
