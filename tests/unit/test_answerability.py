@@ -5,6 +5,7 @@ LLM call). Real models on held-out questions: tests/integration/test_abstention.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from support.chat_fakes import ScriptedLLM, StaticRetriever, document
@@ -66,7 +67,9 @@ def test_the_rule_answers_at_its_threshold_and_abstains_below() -> None:
     assert ABSTENTION_RULE["threshold"] > -1e9 and set(ABSTENTION_RULE) <= set(AbstentionRule.__slots__)
 
 
-def _turn(mode: str, rule: dict[str, float]) -> tuple[list[ChatEvent], ScriptedLLM]:
+def _turn(
+    mode: str, rule: dict[str, float], branches: Sequence[str] = ()
+) -> tuple[list[ChatEvent], ScriptedLLM]:
     docs = [
         document(7, 0, "Annual leave is 16 days a year.", title="Annual leave"),
         document(8, 0, "x y z w"),
@@ -76,7 +79,9 @@ def _turn(mode: str, rule: dict[str, float]) -> tuple[list[ChatEvent], ScriptedL
         llm=llm,
         retriever=StaticRetriever(docs, [0.6, 0.55]),
         prompts=PromptLibrary(),
-        settings=ChatSettings(_env_file=None, abstention_rule=rule, quote_min_score=0.0),
+        settings=ChatSettings(
+            _env_file=None, abstention_rule=rule, abstention_branches=list(branches), quote_min_score=0.0
+        ),
     )
     request = ChatRequest(question="What is the hourly minimum wage?", mode=mode, language="en")  # type: ignore[arg-type]
 
@@ -102,3 +107,13 @@ def test_a_rule_that_answers_lets_the_turn_go_on() -> None:
     events, llm = _turn("strict", {"bias": 1.0, "threshold": 0.0})
     done = events[-1]
     assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
+
+
+def test_a_rule_fitted_on_other_dense_branches_does_not_decide() -> None:
+    never = {"bias": -1.0, "threshold": 0.0}
+    events, llm = _turn("strict", never, branches=["content_multilingual-e5-small_vectors"])
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
+    assert "answerability" not in events[0].debug  # type: ignore[union-attr]
+    events, _ = _turn("strict", never, branches=["content_m_vectors"])  # the fake's one dense branch
+    assert isinstance(events[-1], DoneEvent) and events[-1].abstained

@@ -27,7 +27,7 @@ the closest pages as related, not as an answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = [
     "Evidence",
     "assess",
     "decide",
+    "dense_branches",
     "evidence",
     "key_terms",
     "related_answer",
@@ -214,6 +215,17 @@ def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     return Decision(answer=value >= rule.threshold, score=value, evidence=ev)
 
 
+def dense_branches(debug: Mapping[str, Any]) -> set[str]:
+    """The retriever's dense branches, those language routing skipped included."""
+    branches = debug.get("branches") or {}
+    names = {n for n, b in branches.items() if isinstance(b, Mapping) and b.get("kind") == "dense"}
+    routing = debug.get("routing") or {}
+    for name, route in (routing.get("branches") or {}).items():
+        if isinstance(route, Mapping) and route.get("kind") == "dense":
+            names.add(name)
+    return names
+
+
 async def assess(
     *,
     request: ChatRequest,
@@ -223,11 +235,16 @@ async def assess(
     retriever: Retriever,
     options: QuoteOptions,
     rule: AbstentionRule,
+    fitted_branches: Collection[str] = (),
 ) -> Decision | None:
     """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
-    scores to read (None otherwise). Quote mode has scored its sentences already; strict scores them the
-    same way (one similarity call), so both modes decide on the same evidence."""
+    scores to read and its dense branches are those the rule was fitted on (``fitted_branches``; empty:
+    any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode has
+    scored its sentences already; strict scores them the same way (one similarity call), so both modes
+    decide on the same evidence."""
     if request.mode not in ("strict", "quote") or response is None or not selection.sources:
+        return None
+    if fitted_branches and dense_branches(response.debug.model_dump()) != set(fitted_branches):
         return None
     best = (quote_debug or {}).get("best")
     if request.mode == "strict":

@@ -153,6 +153,7 @@ class ChatPipeline:
             retriever=self.retriever,
             options=QuoteOptions.from_settings(self.settings),
             rule=AbstentionRule(**self.settings.abstention_rule),
+            fitted_branches=self.settings.abstention_branches,
         )
         if decision is not None:
             debug["answerability"] = decision.debug()
@@ -245,8 +246,7 @@ class ChatPipeline:
         *,
         related: bool,
     ) -> list[ChatEvent]:
-        """The fixed "not found" answer; with ``related``, the closest pages listed after it as related
-        (in ``retrieved_not_cited``, never as citations)."""
+        """The fixed "not found" answer; with ``related``, the closest pages as related (never cited)."""
         answer, pages = related_answer(
             self.no_documents_answer(request.language), request.language, selection.sources if related else []
         )

@@ -13,6 +13,11 @@ from ragbot.settings.common import settings_config
 
 # Fitted on the tuning half only (bench/answers.py --fit: a logistic regression over the evidence of
 # ragbot.chat.answerability, L2 1.0; figures in docs/benchmarks.md). {"threshold": -inf} answers all.
+ABSTENTION_BRANCHES: tuple[str, ...] = (
+    "content_all-MiniLM-L6-v2_vectors",
+    "content_multilingual-e5-small_vectors",
+    "title_multilingual-e5-small_vectors",
+)
 ABSTENTION_RULE: dict[str, float] = {
     "bias": -47.586061,
     "dense_top": 14.306191,
@@ -127,6 +132,9 @@ class ChatSettings(LLMSettings):
     # the tuning half of samples/kolzchut/abstention_questions.json by bench/answers.py --fit.
     abstention_enabled: bool = True
     abstention_rule: dict[str, float] = Field(default_factory=lambda: dict(ABSTENTION_RULE))
+    # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with
+    # other branches the rule does not decide (empty: decide with any).
+    abstention_branches: list[str] = Field(default_factory=lambda: list(ABSTENTION_BRANCHES))
     # Paragraphs that are the site's furniture (ragbot.chat.boilerplate) never become sources.
     boilerplate_filter: bool = True
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
