@@ -41,14 +41,15 @@ FIGURES = (
 def measure(*, max_tokens: int = MAX_TOKENS) -> dict[str, float]:
     """Every question in quote and grounded mode (the embedded LLM); the flat figures."""
     from ragbot.dev.servers import EMBEDDED_LLM_MODE
-    from ragbot.evaluation.answers import load_questions, run_answers
+    from ragbot.evaluation.answers import SAMPLE_PAGES, SAMPLE_QUESTIONS, load_questions, run_answers
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     run = asyncio.run(
         run_answers(
-            questions=load_questions(),
+            questions=load_questions(SAMPLE_QUESTIONS),
             modes=["quote", "grounded"],
+            pages_paths=[SAMPLE_PAGES],
             chat_overrides={"llm_backend": "llamacpp", "llm_max_tokens": max_tokens},
         )
     )

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 QUERY = "מי זכאי לפטור ממס הכנסה?"
 CITING = "מה הפטור ממס הכנסה לעיוורים ולנכים?"
 # What a real model wrote: paragraph numbers, several on one page, one that is no document at all.
-CITING_ANSWER = "זכאים [2] וגם [3], ראו [4][5] או [99]."
+CITING_ANSWER = "זכאים [2] וגם [3], ראו [4][2] או [99]."
 
 
 def script(messages: Sequence[ChatMessage]) -> str:
@@ -100,9 +100,10 @@ def test_each_citation_numbers_the_docs_the_client_receives(http: httpx.Client) 
     body = response.json()
     urls = [d["url"] for d in body["docs"]]
     by_index = {s["index"]: s for s in body["debug_data"]["sources"]}
-    assert {2, 3, 4, 5} <= set(by_index), "the retriever should hand the model at least five paragraphs"
+    # (the page's generated block and site footer are furniture, never numbered: ragbot.chat.boilerplate)
+    assert {2, 3, 4} <= set(by_index), "the retriever should hand the model at least four paragraphs"
     expected = CITING_ANSWER
-    for n in (2, 3, 4, 5):
+    for n in (2, 3, 4):
         expected = expected.replace(f"[{n}]", f"<{urls.index(by_index[n]['url']) + 1}>")
     expected = re.sub(r"<(\d+)>(?:<\1>)+", r"<\1>", expected).replace("<", "[").replace(">", "]")
     assert body["gpt_result"] == expected

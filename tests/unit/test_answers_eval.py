@@ -7,7 +7,8 @@ import json
 
 from ragbot.cli.main import build_parser
 from ragbot.evaluation.answers import (
-    DEFAULT_PAGES,
+    SAMPLE_PAGES,
+    SAMPLE_QUESTIONS,
     AnswerRow,
     answer_sentences,
     figures,
@@ -56,8 +57,8 @@ def test_figures_are_shares_of_answers_and_of_all_sentences() -> None:
 
 
 def test_the_question_file_has_hebrew_and_english_questions_on_the_sample_pages() -> None:
-    questions = load_questions()
-    pages = {json.loads(line)["page_id"] for line in DEFAULT_PAGES.read_text(encoding="utf-8").splitlines()}
+    questions = load_questions(SAMPLE_QUESTIONS)
+    pages = {json.loads(line)["page_id"] for line in SAMPLE_PAGES.read_text(encoding="utf-8").splitlines()}
     assert (
         sum(q.language == "he" for q in questions) >= 12 and sum(q.language == "en" for q in questions) >= 8
     )

@@ -50,7 +50,7 @@ def make(
         llm=fake_llm,
         retriever=retriever,
         prompts=PromptLibrary(),
-        settings=ChatSettings(**settings),
+        settings=ChatSettings(**{"abstention_enabled": False, **settings}),
         metrics=chat_metrics(registry),
     )
     return pipeline, fake_llm, retriever, registry

@@ -22,6 +22,8 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
+from ragbot.chat.answerability import AbstentionRule, assess, related_answer
+from ragbot.chat.boilerplate import is_boilerplate
 from ragbot.chat.citations import confidences, split_cited, to_source
 from ragbot.chat.events import (
     ChatEvent,
@@ -35,7 +37,7 @@ from ragbot.chat.events import (
 )
 from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
-from ragbot.chat.quote import QuoteOptions, Sentence, choose_sentences, compose, score, sentences_of
+from ragbot.chat.quote import QuoteOptions, Sentence, compose, quote_sentences
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
@@ -143,6 +145,23 @@ class ChatPipeline:
         chosen = (
             await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
         )
+        decision = await assess(
+            request=request,
+            response=response,
+            selection=selection,
+            quote_debug=debug.get("quote"),
+            retriever=self.retriever,
+            options=QuoteOptions.from_settings(self.settings),
+            rule=AbstentionRule(**self.settings.abstention_rule),
+            fitted_branches=self.settings.abstention_branches,
+        )
+        if decision is not None:
+            debug["answerability"] = decision.debug()
+        if decision is not None and not decision.answer and self.settings.abstention_enabled:
+            yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
+            for event in self._abstain_events(request, selection, started, timings, related=True):
+                yield event
+            return
         yield SourcesEvent(selection.sources, request.mode, request.language, rewritten, debug)
 
         if request.mode == "quote":
@@ -151,20 +170,8 @@ class ChatPipeline:
             return
 
         if request.mode == "strict" and not selection.sources:
-            answer = self.no_documents_answer(request.language)
-            yield TokenEvent(answer)
-            timings["ttft_ms"] = _ms(time.perf_counter() - started)
-            timings["total_ms"] = timings["ttft_ms"]
-            self.metrics.abstentions.labels(request.mode).inc()
-            self._count(request, "abstained")
-            yield DoneEvent(
-                answer,
-                [],
-                [],
-                {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None},
-                timings,
-                abstained=True,
-            )
+            for event in self._abstain_events(request, selection, started, timings, related=False):
+                yield event
             return
 
         messages = self.messages(request, selection.documents)
@@ -230,6 +237,26 @@ class ChatPipeline:
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
 
+    def _abstain_events(
+        self,
+        request: ChatRequest,
+        selection: Selection,
+        started: float,
+        timings: dict[str, float],
+        *,
+        related: bool,
+    ) -> list[ChatEvent]:
+        """The fixed "not found" answer; with ``related``, the closest pages as related (never cited)."""
+        answer, pages = related_answer(
+            self.no_documents_answer(request.language), request.language, selection.sources if related else []
+        )
+        timings["ttft_ms"] = _ms(time.perf_counter() - started)
+        timings["total_ms"] = timings["ttft_ms"]
+        self.metrics.abstentions.labels(request.mode).inc()
+        self._count(request, "abstained")
+        usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
+        return [TokenEvent(answer), DoneEvent(answer, [], pages, usage, timings, abstained=True)]
+
     def _count_tokens(self, usage: Usage, stage: str) -> None:
         """Add a generation's tokens to ``ragbot_llm_tokens_total`` (input only when the server said)."""
         tokens = self.metrics.llm_tokens
@@ -242,27 +269,14 @@ class ChatPipeline:
         self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
     ) -> list[Sentence]:
         """The quote mode's sentences (scored by the retriever's model), with how they scored in debug."""
-        options = self.quote_options()
         t0 = time.perf_counter()
-        scored = await score(
+        chosen, debug["quote"] = await quote_sentences(
             retriever=self.retriever,
             question=request.question,
-            sentences=sentences_of(selection.documents),
-            options=options,
+            documents=selection.documents,
+            options=QuoteOptions.from_settings(self.settings),
         )
-        chosen = choose_sentences(scored, options)
         timings["quote_ms"] = _ms(time.perf_counter() - t0)
-        position = {id(s): i for i, s in enumerate(scored.sentences)}
-        debug["quote"] = {
-            "scorer": scored.scorer,
-            "error": scored.error,
-            "sentences": len(scored.sentences),
-            "best": round(max(scored.scores), 6) if scored.scores else None,
-            "chosen": [
-                {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
-                for s in chosen
-            ],
-        }
         return chosen
 
     def _quote_events(
@@ -274,7 +288,9 @@ class ChatPipeline:
         timings: dict[str, float],
     ) -> list[ChatEvent]:
         """The quote mode's tokens and done event: the chosen sentences with their [n], or abstention."""
-        pieces = compose(chosen) or [self.no_documents_answer(request.language)]
+        if not chosen:
+            return self._abstain_events(request, selection, started, timings, related=True)
+        pieces = compose(chosen)
         timings["ttft_ms"] = _ms(time.perf_counter() - started)
         self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
             time.perf_counter() - started
@@ -283,28 +299,10 @@ class ChatPipeline:
         answer = "".join(pieces)
         timings["total_ms"] = _ms(time.perf_counter() - started)
         usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
-        if not chosen:
-            self.metrics.abstentions.labels(request.mode).inc()
-            self._count(request, "abstained")
-            events.append(DoneEvent(answer, [], [], usage, timings, abstained=True))
-            return events
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
         events.append(DoneEvent(answer, cited, not_cited, usage, timings, False, "stop"))
         return events
-
-    def quote_options(self) -> QuoteOptions:
-        """The quote mode's thresholds from settings."""
-        s = self.settings
-        return QuoteOptions(
-            max_sentences=s.quote_max_sentences,
-            min_score=s.quote_min_score,
-            margin=s.quote_margin,
-            model=s.quote_model or None,
-            lexical_min_score=s.quote_lexical_min_score,
-            lexical_weight=s.quote_lexical_weight,
-            cross_language_bonus=s.quote_cross_language_bonus,
-        )
 
     def _count(self, request: ChatRequest, outcome: str) -> None:
         self.metrics.answers.labels(request.mode, request.channel, outcome).inc()
@@ -454,6 +452,9 @@ class ChatPipeline:
                 row["dropped"] = "below relevance threshold"
                 continue
             text = "" if text_field in banned else str(doc.get(text_field) or "")
+            if settings.boilerplate_filter and is_boilerplate(str(doc.get(text_field) or "")):
+                row["dropped"] = "boilerplate"
+                continue
             if used + len(text) > budget:
                 if documents:
                     row["dropped"] = "context budget"

@@ -22,14 +22,26 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ragbot.chat.boilerplate import strip_furniture
 from ragbot.chat.retriever import Retriever
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.prompts import PromptDocument, detect_language
 from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
+from ragbot.settings import ChatSettings
 from ragbot.text import analyze
 
-__all__ = ["QuoteOptions", "Scored", "Sentence", "choose_sentences", "compose", "score", "split_sentences"]
+__all__ = [
+    "QuoteOptions",
+    "Scored",
+    "Sentence",
+    "choose_sentences",
+    "compose",
+    "quote_sentences",
+    "score",
+    "split_sentences",
+]
 
 # A markdown link or image: its text stays, the target goes.
 _LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
@@ -41,6 +53,10 @@ _RULE = re.compile(r"^\s*[-=_*|:\s]{3,}$")
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])(?<!\b[A-Za-z]\.)(?<!\b[A-Za-z]{2}\.)(?<!\b\d\.)\s+")
 _LINK_TAIL = re.compile(r"\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
 _URL = re.compile(r"https?://|www\.", re.IGNORECASE)
+# A link as the content API writes it, "text (url)": the text stays, the parenthesised target goes.
+_PAREN_TARGET = re.compile(
+    r"\s*\((?:https?://|/|mailto:|tel:|www\.)[^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)", re.IGNORECASE
+)
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _CITATION_LIKE = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 MIN_WORDS = 4
@@ -57,6 +73,19 @@ class QuoteOptions:
     lexical_min_score: float = 0.5
     lexical_weight: float = 0.0
     cross_language_bonus: float = 0.0
+
+    @classmethod
+    def from_settings(cls, s: ChatSettings) -> QuoteOptions:
+        """The quote mode's thresholds from the chat settings."""
+        return cls(
+            max_sentences=s.quote_max_sentences,
+            min_score=s.quote_min_score,
+            margin=s.quote_margin,
+            model=s.quote_model or None,
+            lexical_min_score=s.quote_lexical_min_score,
+            lexical_weight=s.quote_lexical_weight,
+            cross_language_bonus=s.quote_cross_language_bonus,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +108,10 @@ class Scored:
 
 
 def clean_line(line: str) -> str:
-    """A line as a reader sees it: link text without targets, no bullets, emphasis or stray ``[n]``."""
+    """A line as a reader sees it: link text without targets (markdown's, or the content API's
+    ``text (url)``), no bullets, emphasis or stray ``[n]``."""
     line = _LINK.sub(r"\1", line)
+    line = _PAREN_TARGET.sub("", line)
     line = _CITATION_LIKE.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
     line = _LINK_TAIL.sub("", line).replace("[", "")  # a link the paragraph split cut in two
     line = _BULLET.sub("", line)
@@ -112,11 +143,12 @@ def split_sentences(text: str, *, title: str = "") -> list[str]:
 
 def sentences_of(documents: Sequence[PromptDocument]) -> list[Sentence]:
     """Every sentence of the numbered documents, in rank then document order, capped at what the
-    retriever scores in one call (and without repeats: the first source that says it keeps it)."""
+    retriever scores in one call (and without repeats: the first source that says it keeps it); the
+    site's furniture lines (``ragbot.chat.boilerplate``) are never among them."""
     seen: set[str] = set()
     out: list[Sentence] = []
     for doc in documents:
-        for position, text in enumerate(split_sentences(doc.text, title=doc.title)):
+        for position, text in enumerate(split_sentences(strip_furniture(doc.text), title=doc.title)):
             key = text.casefold()
             if key in seen:
                 continue
@@ -183,3 +215,24 @@ def compose(chosen: Sequence[Sentence]) -> list[str]:
         pieces.append(f"{lead}{sentence.text} [{sentence.number}]")
         previous = sentence.number
     return pieces
+
+
+async def quote_sentences(
+    *, retriever: Retriever, question: str, documents: Sequence[PromptDocument], options: QuoteOptions
+) -> tuple[list[Sentence], dict[str, Any]]:
+    """The sentences to quote (scored by the retriever's model), and how they scored (the debug view)."""
+    scored = await score(
+        retriever=retriever, question=question, sentences=sentences_of(documents), options=options
+    )
+    chosen = choose_sentences(scored, options)
+    position = {id(s): i for i, s in enumerate(scored.sentences)}
+    return chosen, {
+        "scorer": scored.scorer,
+        "error": scored.error,
+        "sentences": len(scored.sentences),
+        "best": round(max(scored.scores), 6) if scored.scores else None,
+        "chosen": [
+            {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
+            for s in chosen
+        ],
+    }

@@ -32,7 +32,21 @@ def register(subparsers: Any) -> None:
         "and off_topic (the share of questions the pages do not answer that the mode abstained on).",
     )
     ea.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="question file (JSON)")
-    ea.add_argument("--pages", type=Path, default=DEFAULT_PAGES, help="pages to index (JSONL)")
+    ea.add_argument(
+        "--pages", type=Path, nargs="+", default=list(DEFAULT_PAGES), help="pages to index (JSONL files)"
+    )
+    ea.add_argument(
+        "--half",
+        choices=["held_out", "tune", "all"],
+        default="held_out",
+        help="which half of the question file (ragbot.evaluation.split); figures are reported on held_out, "
+        "the abstention rule was fitted on tune (default: held_out)",
+    )
+    ea.add_argument(
+        "--before",
+        action="store_true",
+        help="also answer as before the abstention rule and the boilerplate filter (rows <mode>_before)",
+    )
     ea.add_argument(
         "--modes", nargs="+", default=["quote", "grounded"], choices=MODES, help="default: quote grounded"
     )
@@ -45,9 +59,11 @@ def register(subparsers: Any) -> None:
 
 def run_eval_answers(args: argparse.Namespace) -> int:
     """``ragbot eval-answers``: print the figures per mode, write the report when asked."""
-    from ragbot.evaluation.answers import load_questions, run_answers
+    from ragbot.evaluation.answers import half_of, load_questions, run_answers
 
     questions = [q for q in load_questions(args.questions) if args.language in (None, q.language)]
+    if args.half != "all":
+        questions = half_of(questions, args.half)
     overrides = {"llm_max_tokens": args.max_tokens} if args.max_tokens else {}
     run = asyncio.run(
         run_answers(
@@ -55,19 +71,21 @@ def run_eval_answers(args: argparse.Namespace) -> int:
             modes=[cast(Mode, m) for m in args.modes],
             chat_overrides=overrides,
             retriever_url=args.retriever_url,
-            pages_path=args.pages,
+            pages_paths=args.pages,
+            before=args.before,
         )
     )
     report = run.report()
     if args.output:
         args.output.write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    sys.stdout.write(f"{run.questions} questions; retrieval: {run.retrieval}; llm: {run.llm}\n")
-    heads = ("gold_cited", "supported", "loop_rate", "abstained", "off_topic")
-    sys.stdout.write(f"{'mode':<10} " + " ".join(f"{h:>10}" for h in heads) + f" {'s/answer':>9}\n")
+    sys.stdout.write(f"{run.questions} questions ({args.half}); retrieval: {run.retrieval}; llm: {run.llm}\n")
+    heads = ("gold_cited", "supported", "loop_rate", "abstained", "off_topic", "furniture")
+    sys.stdout.write(f"{'mode':<16} " + " ".join(f"{h:>10}" for h in heads) + f" {'s/answer':>9}\n")
     for mode, fig in run.modes.items():
         sys.stdout.write(
-            f"{mode:<10} {fig.gold_cited:>10.3f} {fig.supported_sentences:>10.3f} {fig.loop_rate:>10.3f} "
-            f"{fig.abstained:>10.3f} {fig.off_topic_abstained:>10.3f} {fig.seconds_per_answer:>9.2f}\n"
+            f"{mode:<16} {fig.gold_cited:>10.3f} {fig.supported_sentences:>10.3f} {fig.loop_rate:>10.3f} "
+            f"{fig.abstained:>10.3f} {fig.off_topic_abstained:>10.3f} {fig.boilerplate_quoted:>10d} "
+            f"{fig.seconds_per_answer:>9.2f}\n"
         )
     if args.output:
         sys.stdout.write(f"report: {args.output}\n")

@@ -42,6 +42,7 @@ from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Mode
+from ragbot.evaluation.split import Half, split_halves
 from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot.text import analyze
@@ -50,8 +51,28 @@ logger = logging.getLogger(__name__)
 
 SUPPORT_THRESHOLD: Final = 0.6
 ROOT: Final = Path(__file__).resolve().parents[3]
-DEFAULT_QUESTIONS: Final = ROOT / "samples" / "kolzchut" / "answer_questions.json"
-DEFAULT_PAGES: Final = ROOT / "samples" / "kolzchut" / "pages.jsonl"
+DEFAULT_QUESTIONS: Final = ROOT / "samples" / "kolzchut" / "abstention_questions.json"
+SAMPLE_QUESTIONS: Final = ROOT / "samples" / "kolzchut" / "answer_questions.json"
+SAMPLE_PAGES: Final = ROOT / "samples" / "kolzchut" / "pages.jsonl"
+DEFAULT_PAGES: Final = (
+    ROOT / "samples" / "kolzchut" / "rights_pages.jsonl",
+    ROOT / "samples" / "kolzchut" / "content_api_pages.jsonl",
+)
+# Sentences that are the site's furniture wherever they appear (the disclaimer, the page's own key-points
+# and update lines): an answer quoting one quoted boilerplate. Kept apart from ragbot.chat.boilerplate so
+# the figure does not grade the rule by itself.
+FURNITURE_MARKERS: Final = (
+    "המידע באתר הוא מידע כללי",
+    "השימוש במידע המופיע באתר",
+    "האתר פונה לנשים וגברים כאחד",
+    "אין בסיוע משרד המשפטים",
+    "information on this site is general",
+    "this document covers topics related to",
+    "last updated:",
+)
+BEFORE: Final = "_before"
+# Today's behaviour before the abstention rule and the boilerplate filter, measured in the same run.
+BEFORE_OVERRIDES: Final[Mapping[str, Any]] = {"abstention_enabled": False, "boilerplate_filter": False}
 _CITATION = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])\s+")
 
@@ -63,6 +84,15 @@ class AnswerQuestion(BaseModel):
     language: Literal["he", "en"]
     question: str = Field(min_length=1)
     gold_page_id: int | None = Field(description="the page that answers; None: the pages do not, abstain")
+    other_gold_page_ids: list[int] = Field(default_factory=list, description="other pages that answer too")
+    scope: Literal["answerable", "same_field", "off_field"] | None = Field(
+        default=None, description="unanswerable ones: from the pages' own field, or from elsewhere"
+    )
+
+    @property
+    def gold_pages(self) -> set[int]:
+        """Every page whose citation counts as citing the answer."""
+        return set() if self.gold_page_id is None else {self.gold_page_id, *self.other_gold_page_ids}
 
 
 class AnswerQuestions(BaseModel):
@@ -75,6 +105,14 @@ class AnswerQuestions(BaseModel):
 def load_questions(path: Path = DEFAULT_QUESTIONS) -> list[AnswerQuestion]:
     """The questions of a question file."""
     return AnswerQuestions.model_validate_json(path.read_text(encoding="utf-8")).questions
+
+
+def half_of(questions: Sequence[AnswerQuestion], half: Half) -> list[AnswerQuestion]:
+    """One half of the questions (``ragbot.evaluation.split``, stratified by scope and language)."""
+    halves = split_halves(
+        questions, key=lambda q: q.id, stratum=lambda q: (q.scope or str(q.gold_page_id is None), q.language)
+    )
+    return halves[half]
 
 
 def _tokens(text: str) -> set[str]:
@@ -91,6 +129,12 @@ def answer_sentences(answer: str) -> list[str]:
             if _tokens(piece):
                 out.append(piece)
     return out
+
+
+def furniture(sentence: str) -> bool:
+    """Whether an answer sentence is one of the site's furniture sentences (``FURNITURE_MARKERS``)."""
+    folded = " ".join(sentence.split()).casefold()
+    return any(marker in folded for marker in FURNITURE_MARKERS)
 
 
 def _words(text: str) -> dict[str, set[str]]:
@@ -174,6 +218,9 @@ class AnswerRow:
     abstained: bool
     error: str | None
     seconds: float
+    scope: str | None = None
+    boilerplate: bool = False
+    evidence: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -185,6 +232,7 @@ class ModeFigures:
     loop_rate: float
     abstained: float
     off_topic_abstained: float
+    boilerplate_quoted: int
     answers: int
     off_topic: int
     sentences: int
@@ -199,6 +247,7 @@ class ModeFigures:
             "loop_rate": self.loop_rate,
             "abstained": self.abstained,
             "off_topic_abstained": self.off_topic_abstained,
+            "boilerplate_quoted": float(self.boilerplate_quoted),
             "answers": float(self.answers),
             "off_topic": float(self.off_topic),
             "sentences": float(self.sentences),
@@ -208,7 +257,8 @@ class ModeFigures:
 
 def figures(rows: Sequence[AnswerRow]) -> ModeFigures:
     """The mode's figures: gold_cited, supported_sentences, loop_rate and abstained over the questions
-    with a gold page; off_topic_abstained over those without (the share that abstained)."""
+    with a gold page; off_topic_abstained over those without (the share that abstained);
+    boilerplate_quoted: answers (all of them) that quoted a furniture sentence."""
     gold = [r for r in rows if r.gold_page_id is not None]
     off = [r for r in rows if r.gold_page_id is None]
     n = max(len(gold), 1)
@@ -219,6 +269,7 @@ def figures(rows: Sequence[AnswerRow]) -> ModeFigures:
         loop_rate=round(sum(r.looped for r in gold) / n, 4),
         abstained=round(sum(r.abstained for r in gold) / n, 4),
         off_topic_abstained=round(sum(r.abstained for r in off) / len(off), 4) if off else 0.0,
+        boilerplate_quoted=sum(r.boilerplate for r in rows),
         answers=len(gold),
         off_topic=len(off),
         sentences=sentences,
@@ -235,13 +286,14 @@ async def answer_one(
     request = ChatRequest(question=question.question, mode=mode, language=question.language, channel="eval")
     done: DoneEvent | None = None
     error: str | None = None
+    evidence: dict[str, float] = {}
     async for event in pipeline.run(request):
         if isinstance(event, DoneEvent):
             done = event
         elif isinstance(event, ErrorEvent):
             error = event.message
         elif isinstance(event, SourcesEvent):
-            pass
+            evidence = dict((event.debug.get("answerability") or {}).get("evidence") or {})
     seconds = time.perf_counter() - started
     answer = done.answer if done else ""
     cited = done.citations if done else []
@@ -257,13 +309,16 @@ async def answer_one(
         gold_page_id=question.gold_page_id,
         answer=answer,
         cited_page_ids=cited_pages,
-        gold_cited=question.gold_page_id is not None and question.gold_page_id in cited_pages,
+        gold_cited=bool(question.gold_pages & set(cited_pages)),
         sentences=len(sentences),
         supported=sum(supported(s, paragraphs) for s in sentences),
         looped=bool(done and done.finish_reason == "loop") or detector.looping,
         abstained=bool(done and done.abstained),
         error=error,
         seconds=round(seconds, 3),
+        scope=question.scope,
+        boilerplate=any(furniture(s) for s in sentences),
+        evidence=evidence,
     )
 
 
@@ -296,7 +351,7 @@ async def evaluate(
     return out
 
 
-def load_pages(path: Path = DEFAULT_PAGES) -> list[dict[str, Any]]:
+def load_pages(path: Path) -> list[dict[str, Any]]:
     """Page records (the content API's shape) from a JSONL file."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -338,11 +393,14 @@ async def run_answers(
     modes: Sequence[Mode],
     chat_overrides: Mapping[str, Any] | None = None,
     retriever_url: str | None = None,
-    pages_path: Path = DEFAULT_PAGES,
+    pages_paths: Sequence[Path] = DEFAULT_PAGES,
     work_dir: Path | None = None,
+    before: bool = False,
 ) -> AnswersRun:
     """Build the retrieval (a fresh store of the sample pages, or a running retriever), the LLM when a
-    mode needs one, and the chat pipeline from settings; evaluate every mode."""
+    mode needs one, and the chat pipeline from settings; evaluate every mode. With ``before``, every mode
+    is also answered as before the abstention rule and the boilerplate filter (``BEFORE_OVERRIDES``),
+    reported as ``<mode>_before``."""
     from ragbot.chat.retriever import EngineRetriever, HttpRetriever
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders, cached_queries
@@ -392,7 +450,7 @@ async def run_answers(
                 split=SplitOptions(max_tokens=worker.paragraph_tokens, link_targets=worker.link_targets),
             )
             t0 = time.perf_counter()
-            pages = [Page.from_wiki_content(r) for r in load_pages(pages_path)]
+            pages = [Page.from_wiki_content(r) for path in pages_paths for r in load_pages(path)]
             await indexing.index(pages, store=store)
             await store.warm_up()
             index_seconds = time.perf_counter() - t0
@@ -405,10 +463,14 @@ async def run_answers(
             inner = EngineRetriever(engine)
             retrieval = f"{len(pages)} sample pages, models {list(definition.model_names)}, embedded store"
         recorder = RecordingRetriever(inner, text_field=settings.document_text_field)
-        pipeline = ChatPipeline(
-            llm=llm, retriever=recorder, prompts=PromptLibrary(settings.prompts_dir), settings=settings
-        )
+        prompts = PromptLibrary(settings.prompts_dir)
+        pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
         results = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
+        if before:
+            old = settings.model_copy(update=dict(BEFORE_OVERRIDES))
+            pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=old)
+            earlier = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
+            results.update({f"{mode}{BEFORE}": fig for mode, fig in earlier.items()})
         await recorder.close()
     finally:
         if store is not None:

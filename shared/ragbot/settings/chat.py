@@ -11,6 +11,25 @@ from pydantic_settings import BaseSettings
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
 from ragbot.settings.common import settings_config
 
+# Fitted on the tuning half only (bench/answers.py --fit: a logistic regression over the evidence of
+# ragbot.chat.answerability, L2 1.0; figures in docs/benchmarks.md). {"threshold": -inf} answers all.
+ABSTENTION_BRANCHES: tuple[str, ...] = (
+    "content_all-MiniLM-L6-v2_vectors",
+    "content_multilingual-e5-small_vectors",
+    "title_multilingual-e5-small_vectors",
+)
+ABSTENTION_RULE: dict[str, float] = {
+    "bias": -47.586061,
+    "dense_top": 14.306191,
+    "dense_gap": 82.80072,
+    "bm25_gap": -0.074326,
+    "agree": 0.511531,
+    "coverage": -0.028404,
+    "sentence_top": 36.939234,
+    "cross_language": 2.149199,
+    "threshold": 0.397365,
+}
+
 
 class LLMSettings(BaseSettings):
     """The LLM the chat service answers with (and the worker's contextual retrieval writes with)."""
@@ -108,6 +127,16 @@ class ChatSettings(LLMSettings):
     quote_cross_language_bonus: float = Field(default=0.08, ge=0.0, le=1.0)
     quote_model: str = ""
     quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
+    # Abstention in strict and quote mode (ragbot.chat.answerability): on, and the linear rule over
+    # the turn's evidence (bias, dense_top, dense_gap, bm25_gap, agree, coverage, threshold), fitted on
+    # the tuning half of samples/kolzchut/abstention_questions.json by bench/answers.py --fit.
+    abstention_enabled: bool = True
+    abstention_rule: dict[str, float] = Field(default_factory=lambda: dict(ABSTENTION_RULE))
+    # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with
+    # other branches the rule does not decide (empty: decide with any).
+    abstention_branches: list[str] = Field(default_factory=lambda: list(ABSTENTION_BRANCHES))
+    # Paragraphs that are the site's furniture (ragbot.chat.boilerplate) never become sources.
+    boilerplate_filter: bool = True
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
     kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"

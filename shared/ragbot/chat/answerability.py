@@ -1,0 +1,274 @@
+"""Whether the retrieved paragraphs answer the question at all, decided before quoting or generating.
+
+A paragraph on the right topic is not an answer: "who is entitled to unemployment benefits?" retrieves
+the unemployment page, but "what is the hourly minimum wage?" retrieves it too. ``evidence`` reads what
+the turn already has, with no extra model call:
+
+- ``dense_top``: the best dense cosine of any candidate (absolute, as before);
+- ``dense_gap``: how far the best page's best cosine stands above the next page's (relative: a question a
+  page answers singles it out; an unanswerable one lands among several pages about as close);
+- ``bm25_gap``: the same for BM25, as a share of the best BM25 score;
+- ``agree``: 1 when BM25's best page is dense's best page (0 when BM25 found nothing);
+- ``coverage``: the share of the question's key terms (analyzer tokens of three letters or more,
+  function words left out) that the best few paragraphs hold; a question whose key terms are missing
+  from every paragraph it found asks about something the pages do not say;
+- ``sentence_top``: the best sentence score of the quote mode's scorer (the retriever's model, question
+  against each sentence of the sources, ``ragbot.chat.quote.score``);
+- ``cross_language``: 1 when the question is not in the best paragraph's language (coverage then says
+  nothing, and cosines across languages run lower).
+
+``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
+``samples/kolzchut/abstention_questions.json`` by ``bench/answers.py --fit``, see docs/benchmarks.md)
+and abstains when the score is under the rule's threshold. The chat pipeline asks it in ``strict`` and
+``quote`` mode (the Kol-Zchut routes use those): an abstention answers "I did not find this" and lists
+the closest pages as related, not as an answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ragbot.chat.events import ChatRequest, Selection
+from ragbot.chat.quote import QuoteOptions, score, sentences_of
+from ragbot.chat.retriever import Retriever
+from ragbot.chat.schemas import Source
+from ragbot.prompts import detect_language
+from ragbot.schemas.retrieval import RetrieveResponse
+from ragbot.text import analyze
+
+__all__ = [
+    "AbstentionRule",
+    "Decision",
+    "Evidence",
+    "assess",
+    "decide",
+    "dense_branches",
+    "evidence",
+    "key_terms",
+    "related_answer",
+]
+
+# Words that carry no question-specific meaning, in both languages (after the analyzer's lower-casing).
+_FUNCTION_WORDS = frozenset(
+    str.split(
+        """
+    the and for are was were what which who whom whose when where why how does did can could should would
+    will shall may might must have has had not any all some this that these those with from into onto
+    about after before until than then there their they them you your yours our ours his her hers its
+    get got getting give given much many more most long per each own also other only just very
+    israel israeli
+    מה מי מתי איך כמה האם איזה איזו אילו למה מדוע היכן איפה עד של על את עם אם כי גם או אך רק לא כל
+    יש אין הוא היא הם הן אני אנחנו אתה את אתם זה זו זאת אלה אלו כדי אחרי לפני בין תוך מול אצל
+    צריך צריכה צריכים אפשר ניתן מגיע מגיעה מגיעים מקבל מקבלת מקבלים לקבל זכאי זכאית זכאים
+        """
+    )
+)
+_RELATED: Mapping[str, str] = {"he": "דפים קרובים שאולי יעזרו:", "en": "Related pages that may help:"}
+RELATED_PAGES = 3
+KEY_TERM_MIN_LETTERS = 3
+COVERAGE_PARAGRAPHS = 3
+
+
+def key_terms(question: str) -> list[set[str]]:
+    """Each key term of the question as its analyzer variants (a Hebrew word with and without a prefix)."""
+    out: list[set[str]] = []
+    for word in question.split():
+        variants = {t for t in analyze(word) if len(t) >= KEY_TERM_MIN_LETTERS}
+        if variants and not variants & _FUNCTION_WORDS:
+            out.append(variants)
+    return out
+
+
+def coverage(question: str, paragraphs: Sequence[str]) -> float:
+    """The share of the question's key terms found in any of the paragraphs (1.0 with no key terms)."""
+    terms = key_terms(question)
+    if not terms:
+        return 1.0
+    have: set[str] = set()
+    for text in paragraphs:
+        have.update(analyze(text))
+    return sum(bool(t & have) for t in terms) / len(terms)
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the turn's retrieval says about whether the question is answered (see the module docstring)."""
+
+    dense_top: float
+    dense_gap: float
+    bm25_gap: float
+    agree: float
+    coverage: float
+    sentence_top: float = 0.0
+    cross_language: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """The features by name, rounded for debug and reports."""
+        return {k: round(v, 6) for k, v in asdict(self).items()}
+
+
+def _page_best(rows: Sequence[Mapping[str, Any]], branch_names: set[str], *, offset: float) -> list[float]:
+    """Per page, the best raw score over the named branches, best page first."""
+    best: dict[int, float] = {}
+    for row in rows:
+        raw = row.get("raw_scores") or {}
+        scores = [float(v) - offset for k, v in raw.items() if k in branch_names]
+        if scores:
+            page = int(row.get("page_id") or 0)
+            best[page] = max(best.get(page, -math.inf), max(scores))
+    return sorted(best.values(), reverse=True)
+
+
+def _top_page(rows: Sequence[Mapping[str, Any]], branch_names: set[str]) -> int | None:
+    top: tuple[float, int] | None = None
+    for row in rows:
+        raw = row.get("raw_scores") or {}
+        scores = [float(v) for k, v in raw.items() if k in branch_names]
+        if scores and (top is None or max(scores) > top[0]):
+            top = (max(scores), int(row.get("page_id") or 0))
+    return None if top is None else top[1]
+
+
+def evidence(
+    *, question: str, debug: Mapping[str, Any], paragraphs: Sequence[str], sentence_top: float | None = None
+) -> Evidence | None:
+    """The features of one turn from the retriever's debug view and the numbered paragraphs' texts; None
+    when the debug view holds no branch scores to read (a retriever that does not say)."""
+    branches = debug.get("branches") or {}
+    kinds = {name: (b.get("kind") if isinstance(b, Mapping) else None) for name, b in branches.items()}
+    dense = {n for n, k in kinds.items() if k == "dense"}
+    bm25 = {n for n, k in kinds.items() if k == "bm25"}
+    rows = [r for r in (debug.get("fused") or []) if isinstance(r, Mapping)]
+    dense_pages = _page_best(rows, dense, offset=1.0)
+    bm25_pages = _page_best(rows, bm25, offset=0.0)
+    if not dense_pages and not bm25_pages:
+        return None
+    dense_top = dense_pages[0] if dense_pages else 0.0
+    dense_gap = dense_pages[0] - dense_pages[1] if len(dense_pages) > 1 else dense_top
+    if bm25_pages and bm25_pages[0] > 0:
+        second = bm25_pages[1] if len(bm25_pages) > 1 else 0.0
+        bm25_gap = (bm25_pages[0] - second) / bm25_pages[0]
+    else:
+        bm25_gap = 0.0
+    top_dense, top_bm25 = _top_page(rows, dense), _top_page(rows, bm25)
+    agree = 1.0 if top_bm25 is not None and top_bm25 == top_dense else 0.0
+    return Evidence(
+        dense_top=dense_top,
+        dense_gap=dense_gap,
+        bm25_gap=bm25_gap,
+        agree=agree,
+        coverage=coverage(question, paragraphs[:COVERAGE_PARAGRAPHS]),
+        sentence_top=sentence_top if sentence_top is not None else dense_top,
+        cross_language=float(
+            bool(paragraphs) and detect_language(question) != detect_language(paragraphs[0])
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AbstentionRule:
+    """A linear score over the evidence; under ``threshold`` the turn abstains."""
+
+    bias: float = 0.0
+    dense_top: float = 0.0
+    dense_gap: float = 0.0
+    bm25_gap: float = 0.0
+    agree: float = 0.0
+    coverage: float = 0.0
+    sentence_top: float = 0.0
+    cross_language: float = 0.0
+    threshold: float = -math.inf
+
+    def score(self, ev: Evidence) -> float:
+        """The rule's score for the evidence (higher: more likely answered)."""
+        return (
+            self.bias
+            + self.dense_top * ev.dense_top
+            + self.dense_gap * ev.dense_gap
+            + self.bm25_gap * ev.bm25_gap
+            + self.agree * ev.agree
+            + self.coverage * ev.coverage
+            + self.sentence_top * ev.sentence_top
+            + self.cross_language * ev.cross_language
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether to answer, the score it came from and the evidence behind it."""
+
+    answer: bool
+    score: float
+    evidence: Evidence
+
+    def debug(self) -> dict[str, Any]:
+        """The decision as the sources event's debug shows it."""
+        return {"answer": self.answer, "score": round(self.score, 6), "evidence": self.evidence.as_dict()}
+
+
+def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
+    """Answer when the rule's score reaches its threshold."""
+    value = rule.score(ev)
+    return Decision(answer=value >= rule.threshold, score=value, evidence=ev)
+
+
+def dense_branches(debug: Mapping[str, Any]) -> set[str]:
+    """The retriever's dense branches, those language routing skipped included."""
+    branches = debug.get("branches") or {}
+    names = {n for n, b in branches.items() if isinstance(b, Mapping) and b.get("kind") == "dense"}
+    routing = debug.get("routing") or {}
+    for name, route in (routing.get("branches") or {}).items():
+        if isinstance(route, Mapping) and route.get("kind") == "dense":
+            names.add(name)
+    return names
+
+
+async def assess(
+    *,
+    request: ChatRequest,
+    response: RetrieveResponse | None,
+    selection: Selection,
+    quote_debug: Mapping[str, Any] | None,
+    retriever: Retriever,
+    options: QuoteOptions,
+    rule: AbstentionRule,
+    fitted_branches: Collection[str] = (),
+) -> Decision | None:
+    """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
+    scores to read and its dense branches are those the rule was fitted on (``fitted_branches``; empty:
+    any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode has
+    scored its sentences already; strict scores them the same way (one similarity call), so both modes
+    decide on the same evidence."""
+    if request.mode not in ("strict", "quote") or response is None or not selection.sources:
+        return None
+    if fitted_branches and dense_branches(response.debug.model_dump()) != set(fitted_branches):
+        return None
+    best = (quote_debug or {}).get("best")
+    if request.mode == "strict":
+        scored = await score(
+            retriever=retriever,
+            question=request.question,
+            sentences=sentences_of(selection.documents),
+            options=options,
+        )
+        best = max(scored.scores) if scored.scores and scored.scorer != "overlap" else None
+    ev = evidence(
+        question=request.question,
+        debug=response.debug.model_dump(),
+        paragraphs=[d.text for d in selection.documents],
+        sentence_top=None if best is None else float(best),
+    )
+    return None if ev is None else decide(ev, rule)
+
+
+def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:
+    """The abstention's answer: "not found", then the closest pages (one source each, at most
+    ``RELATED_PAGES``) listed as related; and those sources, to send as related, never as citations."""
+    pages = list({s.page_id: s for s in sources}.values())[:RELATED_PAGES]
+    if not pages:
+        return not_found, []
+    titles = "\n".join(f"- {s.title or s.url or s.page_id}" for s in pages)
+    return f"{not_found}\n\n{_RELATED.get(language, _RELATED['en'])}\n{titles}", pages

@@ -1,0 +1,119 @@
+"""The abstention decision: its evidence read from the retriever's debug view, the linear rule, and the
+turn it ends in strict and quote mode (the "not found" answer with the closest pages as related, no
+LLM call). Real models on held-out questions: tests/integration/test_abstention.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from support.chat_fakes import ScriptedLLM, StaticRetriever, document
+
+from ragbot.chat.answerability import AbstentionRule, Evidence, coverage, decide, evidence, key_terms
+from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
+from ragbot.chat.pipeline import ChatPipeline
+from ragbot.prompts import PromptLibrary
+from ragbot.settings import ChatSettings
+from ragbot.settings.chat import ABSTENTION_RULE
+
+
+def _row(doc_id: str, page: int, **raw: float) -> dict[str, Any]:
+    return {"_id": doc_id, "page_id": page, "score": 0.0, "raw_scores": raw}
+
+
+DEBUG = {
+    "branches": {"e5": {"kind": "dense"}, "bm25": {"kind": "bm25"}},
+    "fused": [
+        _row("1-1-0", 1, e5=1.90, bm25=12.0),
+        _row("1-1-1", 1, e5=1.85),
+        _row("2-1-0", 2, e5=1.84, bm25=4.0),
+    ],
+}
+
+
+def test_evidence_reads_page_gaps_agreement_and_key_term_coverage() -> None:
+    ev = evidence(
+        question="How much is the maternity grant?",
+        debug=DEBUG,
+        paragraphs=["The maternity grant is paid once.", "Other text."],
+        sentence_top=0.93,
+    )
+    assert ev is not None
+    assert round(ev.dense_top, 3) == 0.9 and round(ev.dense_gap, 3) == 0.06
+    assert round(ev.bm25_gap, 3) == round(8 / 12, 3) and ev.agree == 1.0
+    assert ev.coverage == 1.0 and ev.sentence_top == 0.93 and ev.cross_language == 0.0
+    # a retriever whose debug view has no branch scores gives no evidence: nothing is decided
+    assert evidence(question="q", debug={}, paragraphs=["p"]) is None
+
+
+def test_key_terms_leave_out_function_words_and_match_hebrew_prefixes() -> None:
+    assert [sorted(t)[0] for t in key_terms("What is the hourly minimum wage?")] == [
+        "hourly",
+        "minimum",
+        "wage",
+    ]
+    assert coverage("מה גובה שכר המינימום?", ["שכר מינימום לשעה"]) == 2 / 3  # גובה is missing
+    assert coverage("מה?", ["x"]) == 1.0
+
+
+def test_the_rule_answers_at_its_threshold_and_abstains_below() -> None:
+    rule = AbstentionRule(bias=-1.0, sentence_top=2.0, threshold=0.6)
+    high = Evidence(0.9, 0.05, 0.5, 1.0, 1.0, sentence_top=0.8)
+    low = Evidence(0.9, 0.05, 0.5, 1.0, 1.0, sentence_top=0.7)
+    assert decide(high, rule).answer and not decide(low, rule).answer
+    assert round(decide(low, rule).score, 6) == 0.4
+    # the shipped rule is a fitted one, not the answer-everything default
+    assert ABSTENTION_RULE["threshold"] > -1e9 and set(ABSTENTION_RULE) <= set(AbstentionRule.__slots__)
+
+
+def _turn(
+    mode: str, rule: dict[str, float], branches: Sequence[str] = ()
+) -> tuple[list[ChatEvent], ScriptedLLM]:
+    docs = [
+        document(7, 0, "Annual leave is 16 days a year.", title="Annual leave"),
+        document(8, 0, "x y z w"),
+    ]
+    llm = ScriptedLLM()
+    pipeline = ChatPipeline(
+        llm=llm,
+        retriever=StaticRetriever(docs, [0.6, 0.55]),
+        prompts=PromptLibrary(),
+        settings=ChatSettings(
+            _env_file=None, abstention_rule=rule, abstention_branches=list(branches), quote_min_score=0.0
+        ),
+    )
+    request = ChatRequest(question="What is the hourly minimum wage?", mode=mode, language="en")  # type: ignore[arg-type]
+
+    async def collect() -> list[ChatEvent]:
+        return [e async for e in pipeline.run(request)]
+
+    return asyncio.run(collect()), llm
+
+
+def test_an_abstention_says_not_found_and_offers_the_closest_pages_as_related_in_both_modes() -> None:
+    never = {"bias": -1.0, "threshold": 0.0}
+    for mode in ("quote", "strict"):
+        events, llm = _turn(mode, never)
+        done = events[-1]
+        assert isinstance(done, DoneEvent) and done.abstained, mode
+        assert done.citations == [] and [s.page_id for s in done.retrieved_not_cited] == [7, 8]
+        assert "Related pages that may help:\n- Annual leave" in done.answer
+        assert llm.calls == []
+        assert events[0].debug["answerability"]["answer"] is False  # type: ignore[union-attr]
+
+
+def test_a_rule_that_answers_lets_the_turn_go_on() -> None:
+    events, llm = _turn("strict", {"bias": 1.0, "threshold": 0.0})
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
+
+
+def test_a_rule_fitted_on_other_dense_branches_does_not_decide() -> None:
+    never = {"bias": -1.0, "threshold": 0.0}
+    events, llm = _turn("strict", never, branches=["content_multilingual-e5-small_vectors"])
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
+    assert "answerability" not in events[0].debug  # type: ignore[union-attr]
+    events, _ = _turn("strict", never, branches=["content_m_vectors"])  # the fake's one dense branch
+    assert isinstance(events[-1], DoneEvent) and events[-1].abstained
