@@ -70,6 +70,8 @@ def commands(data: Path | None) -> dict[str, list[str]]:
             retriever += [*serving, "--rerank-weight-from", str(blend)]
         out["retriever"] = retriever
         out["hebrew_fusion_variants"] = [py, "bench/hebrew_fusion_variants.py"]
+        # Haystack's indexing pipeline against ragbot's paths (Haystack installed for it alone by uv)
+        out["indexing_peer"] = [py, "bench/indexing_peer.py", "--data", str(data)]
         out["hebrew_analyzer"] = [
             py,
             "bench/hebrew_analyzer.py",

@@ -295,6 +295,49 @@ def test_kill_9_of_the_worker_mid_page_ends_with_the_page_indexed_once_complete(
     assert len(indexed) == 1 and indexed[0]["paragraphs"] == count
 
 
+def test_kill_9_of_the_worker_mid_batch_of_pings_loses_no_page(stack: Stack) -> None:
+    page_ids = [810_000 + n for n in range(12)]
+    stack.worker.stop()  # the pings pile up in the queue, as in a storm
+    for page_id in page_ids:
+        stack.wiki.put({**_big_page(page_id, 3, paragraphs=24), "page_id": page_id})
+    jobs = []
+    for page_id in page_ids:
+        response = stack.ingest.post("/v1/pages/changed", json=stack.wiki.ping(page_id))
+        assert response.status_code == 202, response.text
+        jobs.append(response.json()["job_id"])
+    stack.start_worker()
+    deadline = time.monotonic() + 120
+    running: list[str] = []
+    while len(running) < 2:  # the delivered ping and the ones it took along are running together
+        assert time.monotonic() < deadline, f"no batch of pings started: {[stack.job(j) for j in jobs]}"
+        running = [j for j in jobs if stack.job(j)["state"] == "running"]
+        time.sleep(0.05)
+    pid = stack.worker.process.pid if stack.worker.process else None
+    assert pid is not None
+    os.killpg(pid, 9)
+    stack.worker.process.wait(timeout=30)  # type: ignore[union-attr]
+    stack.worker.stop()
+    unfinished = [j for j in jobs if stack.job(j)["state"] not in FINAL]
+    assert len(unfinished) >= 2, "the worker died with several pings of its batch unfinished"
+
+    stack.start_worker()  # the claimed, unacknowledged messages come back after the visibility timeout
+    records = [stack.wait_job(j, timeout_s=400) for j in jobs]
+    assert all(r["state"] in ("done", "skipped") for r in records), (records, stack.logs())
+    for page_id in page_ids:
+        state = stack.page_state(page_id)
+        assert state is not None and state["revision_id"] == 3 and state["paragraphs"] > 0, (page_id, state)
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        entries: list[Any] = client.xrange(events_key(stack.prefix))  # type: ignore[assignment]
+        unacked = client.hlen(f"{stack.prefix}:celery:unacked")
+    finally:
+        client.close()
+    events = [json.loads(f[b"data"]) for _, f in entries]
+    indexed = sorted(e["page_id"] for e in events if e["type"] == "page.indexed" and e["page_id"] in page_ids)
+    assert indexed == page_ids, "each page written exactly once, none lost"
+    assert unacked == 0, "every claimed message is acknowledged"
+
+
 # --- Elasticsearch away for 30 s ---------------------------------------------------------------------------
 
 

@@ -225,6 +225,51 @@ def test_update_docs_replaces_or_appends_and_refuses_mixed_pages(engine: Engine)
     assert given == [{"page_id": 4004, "title": "x", "content": "unchanged input"}]
 
 
+class CountingEmbedder:
+    """The real model, counting its passage calls (how many batches a write took)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.passage_calls: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def embed_passages(self, texts: Any) -> Any:
+        self.passage_calls.append(len(texts))
+        return self.inner.embed_passages(texts)
+
+
+def test_update_pages_embeds_several_pages_in_one_batch_and_writes_each(
+    tmp_path: Path, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    counting = CountingEmbedder(embedders[MODEL])
+    settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "compat.sqlite3")
+    with Engine(
+        Configs(),
+        embedders={MODEL: counting},
+        definition=definition,
+        store_settings=settings,
+    ) as eng:
+        eng.update_pages(
+            [
+                [{"page_id": page_id, "title": title, "content": text} for text in paragraphs]
+                for page_id, (title, paragraphs) in PAGES.items()
+            ],
+            delete_existing=True,
+        )
+        assert counting.passage_calls == [9], "the four pages' nine paragraphs share one model call"
+        docs, _, _ = eng.retrieve_documents("how do I claim unemployment benefit", 50, [3, 2, 2, 2])
+        assert {d["page_id"] for d in docs} == set(PAGES) and len(docs) == 9
+        eng.update_pages([[{"page_id": 3003, "title": "Rent assistance", "content": "Students too."}]])
+        docs, _, _ = eng.retrieve_documents("rent assistance apartment", 50, [5])
+        assert len([d for d in docs if d["page_id"] == 3003]) == 3  # appended, as update_docs does
+        with pytest.raises(ValueError, match="each page once"):
+            eng.update_pages([[{"page_id": 1, "content": "a"}], [{"page_id": 1, "content": "b"}]])
+        with pytest.raises(ValueError, match="one page"):
+            eng.update_pages([[{"page_id": 1, "content": "a"}, {"page_id": 2, "content": "b"}]])
+
+
 def test_hybrid_mode_adds_the_bm25_list(engine: Engine) -> None:
     index_all(engine)
     engine.mode, engine.fusion = "hybrid", "rrf"

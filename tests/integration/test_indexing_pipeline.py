@@ -11,6 +11,7 @@ private event loop, the way the worker runs them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from collections.abc import Awaitable, Iterator
@@ -33,6 +34,7 @@ from ragbot.indexing.folder import Manifest, index_folder, plan_folder_index
 from ragbot.llms.openai_compat import OpenAICompatChatModel
 from ragbot.messaging.events import EventPublisher, events_key
 from ragbot.messaging.jobs import JobStore
+from ragbot.messaging.queue import create_celery_app
 from ragbot.messaging.reindex import batch_job_id, refresh_parent
 from ragbot.observability.metrics import worker_metrics
 from ragbot.ports import SearchStore
@@ -47,11 +49,13 @@ from ragbot.schemas.messages import (
     PageRef,
 )
 from ragbot.schemas.pages import Page
-from ragbot.settings import StoreSettings, WorkerSettings
+from ragbot.settings import RedisSettings, StoreSettings, WorkerSettings
 from ragbot.sources.wiki import WikiPageSource
 from ragbot.stores import build_store
 from ragbot.stores.elasticsearch import ElasticsearchStore
 from ragbot_embedder import service
+from ragbot_embedder.collect import MessageQueue
+from ragbot_embedder.ping_batch import PingBatchRunner
 from ragbot_embedder.tasks import TaskRunner
 from ragbot_ingest.service import SpooledPages, accept_reindex_pages
 
@@ -418,3 +422,117 @@ def test_the_worker_and_ragbot_index_store_the_same_paragraphs(world: World, tmp
 def _comparable(hits: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     """Doc ids and stored fields, without the write time."""
     return [(h.doc_id, {k: v for k, v in h.source.items() if k != "last_update"}) for h in hits]
+
+
+# --- pings waiting in the queue are taken together (ragbot_embedder.collect) -------------------------------
+
+
+def _queued_ping(world: World, app: Any, page_id: int) -> str:
+    """Put a ping for the wiki's page on the real queue, as ingest does; its job id."""
+    job_id = uuid.uuid4().hex
+    body = world.wiki.ping(page_id)
+    command = IndexPage(
+        job_id=job_id, page_id=page_id, revision_id=body["revision_id"], callback_url=body["callback_url"]
+    )
+    world.run(
+        world.jobs.create(kind=JobKind.index_page, payload=command.model_dump(mode="json"), job_id=job_id)
+    )
+    app.send_task(
+        INDEX_PAGE_TASK, kwargs={"message": command.model_dump(mode="json")}, queue=world.settings.queue
+    )
+    return job_id
+
+
+def _deliver(world: World, app: Any, retries: int = 0) -> str:
+    """What Celery does with the message at the head of the queue: hand it to the ping runner."""
+    queue = f"{world.prefix}:celery:{world.settings.queue}"
+    raw = world.run(world.redis.rpop(queue))
+    assert isinstance(raw, bytes), "a message is waiting"
+    message = json.loads(raw)
+    kwargs = json.loads(base64.b64decode(message["body"]))[1]
+    runner = PingBatchRunner(
+        app=app,
+        name=INDEX_PAGE_TASK,
+        model=IndexPage,
+        handler=service.index_page,
+        runtime=lambda: cast(Any, world),
+        settings=world.settings,
+    )
+    return runner(cast(Any, FakeTask(retries)), kwargs["message"])
+
+
+@pytest.fixture
+def celery_app(world: World, redis_url: str) -> Iterator[Any]:
+    app = create_celery_app(
+        redis_settings=RedisSettings(url=redis_url, key_prefix=world.prefix), queue=world.settings.queue
+    )
+    yield app
+    app.close()
+
+
+def test_waiting_pings_share_one_pipeline_call_and_each_is_acknowledged(
+    world: World, celery_app: Any
+) -> None:
+    for page_id in range(20, 25):
+        world.wiki.put(wiki_page(page_id, 3, 3, word=f"w{page_id}"))
+    jobs = [_queued_ping(world, celery_app, page_id) for page_id in range(20, 25)]
+    again = _queued_ping(world, celery_app, 20)  # the same page twice: handled after the first, skipped
+    celery_app.send_task(
+        DELETE_PAGE_TASK,
+        kwargs={"message": DeletePage(job_id="other", page_id=99).model_dump(mode="json")},
+        queue=world.settings.queue,
+    )
+    embedder = cast(HashEmbedder, world.ctx.embedders[MODEL])
+    before = len(embedder.passage_calls)
+
+    assert _deliver(world, celery_app) == "done"
+
+    records = [world.run(world.jobs.get(job_id=j)) for j in [*jobs, again]]
+    assert [r.state if r else None for r in records] == [JobState.done] * 5 + [JobState.skipped]
+    assert all(r is not None and r.detail == "indexed 3 paragraphs" for r in records[:5])
+    # 15 paragraphs, two vector fields: one call each for the five pages (the skipped ping embeds nothing)
+    assert len(embedder.passage_calls) - before == 2
+    for page_id in range(20, 25):
+        assert world.ids(page_id) == [f"{page_id}-3-{n}" for n in range(3)]
+    indexed = [e for e in world.events() if e["type"] == "page.indexed"]
+    assert sorted((e["page_id"], e["job_id"]) for e in indexed) == sorted(
+        zip(range(20, 25), jobs, strict=True)
+    )
+    queue = f"{world.prefix}:celery:{world.settings.queue}"
+    waiting = [json.loads(m)["headers"]["task"] for m in world.run(world.redis.lrange(queue, 0, -1))]
+    assert waiting == [DELETE_PAGE_TASK], "every ping is taken, the other task keeps its place"
+    assert world.run(world.redis.hlen(f"{world.prefix}:celery:unacked")) == 0, "every claim is acknowledged"
+
+
+def test_a_claimed_ping_that_fails_is_retried_on_its_own_and_the_claim_survives_a_crash(
+    world: World, celery_app: Any
+) -> None:
+    for page_id in (30, 31, 32):
+        world.wiki.put(wiki_page(page_id, 1, 2))
+    world.wiki.fail(31, 503)
+    jobs = [_queued_ping(world, celery_app, page_id) for page_id in (30, 31, 32)]
+
+    assert _deliver(world, celery_app) == "done"
+
+    records = [world.run(world.jobs.get(job_id=j)) for j in jobs]
+    assert [r.state if r else None for r in records] == [JobState.done, JobState.retrying, JobState.done]
+    queue = f"{world.prefix}:celery:{world.settings.queue}"
+    [retry] = [json.loads(m) for m in world.run(world.redis.lrange(queue, 0, -1))]
+    assert retry["headers"]["retries"] == 1 and retry["headers"]["eta"] is not None
+    assert json.loads(base64.b64decode(retry["body"]))[1]["message"]["job_id"] == jobs[1]
+    assert world.run(world.redis.hlen(f"{world.prefix}:celery:unacked")) == 0
+
+    # A worker that dies after claiming: its claims sit in kombu's unacknowledged set, where the
+    # restore sweep of any worker puts them back on the queue once the visibility timeout passed.
+    world.run(world.redis.delete(queue))
+    _queued_ping(world, celery_app, 30)
+    _queued_ping(world, celery_app, 32)
+    claims = MessageQueue(redis=world.redis, key_prefix=f"{world.prefix}:celery:", queue=world.settings.queue)
+    claimed = world.run(claims.claim_waiting(task=INDEX_PAGE_TASK, limit=10))
+    assert len(claimed) == 2 and world.run(world.redis.llen(queue)) == 0
+    with celery_app.connection_for_write() as conn:
+        channel = conn.default_channel
+        channel.visibility_timeout = 0
+        channel.qos.restore_visible(num=10, interval=1)
+    assert world.run(world.redis.llen(queue)) == 2, "the dead worker's claims are back on the queue"
+    assert world.run(world.redis.hlen(f"{world.prefix}:celery:unacked")) == 0

@@ -8,8 +8,9 @@ Revision order: wiki and pushed pages carry real revision ids, so an older one i
 files and folder files carry a hash of their content as revision (``UNORDERED_SOURCES``): there the
 same revision is a no-op and any other revision replaces the page (the last upload wins).
 
-Batching: ``index_page`` handles one ping (the freshness path: nothing waits for company).
-``index_pages`` handles a batch of pages that arrived together (a bulk reindex). Both hand their
+Batching: ``index_page`` handles one ping; ``ragbot_embedder.pings`` handles the pings a worker
+takes together (``ragbot_embedder.ping_batch``: those waiting in the queue behind the delivered one).
+``index_pages`` handles a batch of pages that arrived together (a bulk reindex). All hand their
 pages to the one indexing pipeline (``ragbot.indexing.pipeline``: split, contextual text, shared
 embedding batches, ``replace_pages``), with hooks for the worker's metrics and events. A page that
 fails is counted and reported; the rest of the batch is still written.
@@ -131,34 +132,12 @@ def _ordered(page: Page | None) -> bool:
 
 async def index_page(*, ctx: IndexingContext, command: IndexPage, final: bool = True) -> Outcome:
     """Make the store hold exactly the page's newest revision (or nothing, when it left scope)."""
-    store = await ctx.ready_store()
-    indexed = await store.page_state(page_id=command.page_id)
-    if (
-        indexed is not None
-        and not command.force
-        and _ordered(command.page)
-        and command.revision_id < indexed.revision_id
-    ):
-        reason = f"revision {command.revision_id} is older than indexed revision {indexed.revision_id}"
-        return Outcome(JobState.skipped, reason, indexed.revision_id)
-    # A ping for the indexed revision still fetches: delete and move pings carry the last revision,
-    # and only the content API's 404 tells us the page left scope.
-    page = await _page_of(ctx=ctx, command=command)
-    if page is None:
-        removed = await _remove(
-            ctx=ctx, store=store, page_id=command.page_id, reason="out_of_scope", job_id=command.job_id
-        )
-        return Outcome(JobState.done, f"page left scope; removed {removed} paragraphs")
-    # The wiki answers with its current revision, which may differ from the ping's.
-    skip = _skip_reason(
-        revision_id=page.revision_id, indexed=indexed, force=command.force, ordered=_ordered(page)
-    )
-    if skip:
-        return Outcome(JobState.skipped, skip, page.revision_id)
-    if command.revision_date is not None and page.revision_date is None:
-        page = page.model_copy(update={"revision_date": command.revision_date})
-    [count] = await write_pages(ctx=ctx, store=store, pages=[page], job_id=command.job_id)
-    return Outcome(JobState.done, f"indexed {count} paragraphs", page.revision_id)
+    from ragbot_embedder.pings import index_pings  # the one path for pings, alone or many; it uses ours
+
+    [result] = await index_pings(ctx=ctx, commands=[command])
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 async def write_pages(
@@ -166,17 +145,18 @@ async def write_pages(
     ctx: IndexingContext,
     store: SearchStore,
     pages: Sequence[Page],
-    job_id: str | None,
+    job_id: str | Mapping[int, str] | None,
     failed: dict[int, Exception] | None = None,
 ) -> list[int]:
-    """Run pages through the indexing pipeline; each written page is counted and announced."""
+    """Run pages through the indexing pipeline; each written page is counted and announced (with its
+    job: one for all, or one per page id)."""
     return await ctx.pipeline.index(pages, store=store, hooks=_WorkerHooks(ctx, job_id), failed=failed)
 
 
 class _WorkerHooks(IndexingHooks):
     """The worker's part after each pipeline stage: metrics, and a ``page.indexed`` event."""
 
-    def __init__(self, ctx: IndexingContext, job_id: str | None) -> None:
+    def __init__(self, ctx: IndexingContext, job_id: str | Mapping[int, str] | None) -> None:
         self.ctx = ctx
         self.job_id = job_id
 
@@ -184,7 +164,8 @@ class _WorkerHooks(IndexingHooks):
         self.ctx.metrics.build_seconds.observe(seconds)  # split (first group) + embed
 
     async def written(self, page: Page, paragraphs: int) -> None:
-        await _indexed(ctx=self.ctx, page=page, paragraphs=paragraphs, job_id=self.job_id)
+        job_id = self.job_id.get(page.page_id) if isinstance(self.job_id, Mapping) else self.job_id
+        await _indexed(ctx=self.ctx, page=page, paragraphs=paragraphs, job_id=job_id)
 
 
 async def _indexed(*, ctx: IndexingContext, page: Page, paragraphs: int, job_id: str | None) -> None:

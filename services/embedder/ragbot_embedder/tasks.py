@@ -132,11 +132,30 @@ class TaskRunner:
         self._record(rt, job_id=job_id, state=JobState.running, attempts=attempt + 1)
         final = attempt >= self.settings.max_retries
         try:
-            result = rt.run(self._in_generations(rt, command=command, final=final))
+            result: service.Outcome | Exception = rt.run(
+                self._in_generations(rt, command=command, final=final)
+            )
         except Exception as exc:  # bad input or a bug is dead-lettered at once: the worker stays alive
-            if is_retryable(exc) and not final:
-                self._retry(task, rt, job_id=job_id, attempt=attempt, reason=failure_reason(exc), error=exc)
-            return self._fail(rt, job_id=job_id, exc=exc, attempts=attempt + 1)
+            result = exc
+        return self._conclude(task, rt, job_id=job_id, attempt=attempt, result=result)
+
+    def _conclude(
+        self,
+        task: Task[Any, Any],
+        rt: Runtime,
+        *,
+        job_id: str,
+        attempt: int,
+        result: service.Outcome | Exception,
+    ) -> str:
+        """Record how the command ended; retry (raises ``Retry``) or dead-letter when it failed."""
+        final = attempt >= self.settings.max_retries
+        if isinstance(result, Exception):
+            if is_retryable(result) and not final:
+                self._retry(
+                    task, rt, job_id=job_id, attempt=attempt, reason=failure_reason(result), error=result
+                )
+            return self._fail(rt, job_id=job_id, exc=result, attempts=attempt + 1)
         extra: dict[str, Any] = {}
         if result.progress is not None:
             extra["progress"] = dict(result.progress)
@@ -195,6 +214,11 @@ class TaskRunner:
         self, task: Task[Any, Any], rt: Runtime, *, job_id: str, attempt: int, reason: str, error: Exception
     ) -> NoReturn:
         """Record the failed attempt and schedule the next one with backoff (raises ``Retry``)."""
+        delay = self._note_retry(rt, job_id=job_id, attempt=attempt, reason=reason, error=error)
+        raise task.retry(countdown=delay, max_retries=self.settings.max_retries) from None
+
+    def _note_retry(self, rt: Runtime, *, job_id: str, attempt: int, reason: str, error: Exception) -> float:
+        """Count, log and record a failed attempt; the delay before the next one."""
         delay = backoff_s(
             attempt=attempt,
             base_s=self.settings.retry_backoff_s,
@@ -219,7 +243,7 @@ class TaskRunner:
             error=f"{type(error).__name__}: {error}",
             detail=f"attempt {attempt + 1} of {self.settings.max_retries + 1} failed; retry in {delay:.2f} s",
         )
-        raise task.retry(countdown=delay, max_retries=self.settings.max_retries) from None
+        return delay
 
     def _refresh_parent(self, task: Task[Any, Any], rt: Runtime, parent_job_id: str) -> None:
         """Best effort: the next batch (or a status read) refreshes it again. A re-embed whose every
@@ -308,10 +332,18 @@ _TASKS: tuple[tuple[str, type[BaseModel], Callable[..., Coroutine[Any, Any, serv
 
 
 def register_tasks(app: Celery, *, worker_settings: WorkerSettings, runtime: Callable[[], Runtime]) -> None:
-    """Register the tasks on ``app`` by their shared names."""
+    """Register the tasks on ``app`` by their shared names (pings through ``PingBatchRunner``)."""
+    from ragbot_embedder.ping_batch import PingBatchRunner
+
     for name, model, handler in _TASKS:
-        runner = TaskRunner(
-            name=name, model=model, handler=handler, runtime=runtime, settings=worker_settings
+        runner = (
+            PingBatchRunner(
+                app=app, name=name, model=model, handler=handler, runtime=runtime, settings=worker_settings
+            )
+            if name == INDEX_PAGE_TASK and worker_settings.ping_batch_max > 1
+            else TaskRunner(
+                name=name, model=model, handler=handler, runtime=runtime, settings=worker_settings
+            )
         )
         app.task(name=name, bind=True, max_retries=worker_settings.max_retries)(_task_body(runner))
 

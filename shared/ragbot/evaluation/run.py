@@ -44,7 +44,7 @@ async def index_dataset(
     link_targets: LinkTargets = DEFAULT_LINK_TARGETS,
     show_progress: bool = False,
 ) -> IndexStats:
-    """Index every document as one page through the indexing pipeline, as the worker would."""
+    """Index every document as one page through the indexing pipeline, all pages in one call."""
     started = time.perf_counter()
     pipeline = IndexingPipeline(
         definition=definition,
@@ -57,8 +57,10 @@ async def index_dataset(
     with _bar(len(ids), "indexing", show_progress) as bar:
         hooks = _Progress(bar)
         bar.update(len(ids) - len(pages))  # empty documents: nothing to index
-        for page in pages:  # one page per call, so each document's embedding calls stay its own
-            await pipeline.index([page], store=store, hooks=hooks)
+        # Every page in one call: the pipeline embeds them in shared batches (a document's vectors
+        # do not depend on its batch: tests/unit/test_batch_vectors.py) and writes them a
+        # group at a time, as the worker and ``ragbot index`` do.
+        await pipeline.index(pages, store=store, hooks=hooks)
     return IndexStats(
         pages=len(ids), paragraphs=hooks.paragraphs, seconds=round(time.perf_counter() - started, 1)
     )

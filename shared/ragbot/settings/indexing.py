@@ -119,6 +119,9 @@ class WorkerSettings(BaseSettings):
     # Pages indexed together (embedder.index_pages) are embedded in shared batches of at most this
     # many paragraphs per (model, field), then written page by page.
     micro_batch_max_paragraphs: int = Field(default=512, ge=1, le=100_000)
+    # Most pings (embedder.index_page) one pipeline call takes: the delivered one and those waiting
+    # behind it in the queue (ragbot_embedder.collect; docs/architecture.md). 1: one page per call.
+    ping_batch_max: int = Field(default=32, ge=1, le=1024)
     # An unacknowledged message (worker killed mid-task) is delivered again after this long; keep it
     # above the longest task. The worker looks for such messages every restore interval.
     visibility_timeout_s: int = Field(default=3600, ge=5)

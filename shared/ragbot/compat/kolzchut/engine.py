@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ragbot.compat.kolzchut.loop import LoopThread
-from ragbot.compat.kolzchut.writes import update_page
+from ragbot.compat.kolzchut.writes import update_pages
 from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.errors import ConfigurationError, ValidationFailed
 from ragbot.indexing.pipeline import IndexingPipeline
@@ -296,18 +296,47 @@ class Engine:
         ``embed_only_fields`` limits which fields get vectors (empty or None: every embedded field);
         ``delete_existing=True`` replaces the page's indexed copy, False appends to it.
         """
+        if not list_of_docs:
+            return
         self._write(
-            list_of_docs,
+            [(self._single_page(list_of_docs), list_of_docs)],
             wanted=set(embed_only_fields) if embed_only_fields else None,
             delete_existing=delete_existing,
         )
 
-    def _write(self, docs: list[dict[str, Any]], *, wanted: set[str] | None, delete_existing: bool) -> None:
-        if not docs:
+    def update_pages(
+        self,
+        pages: Iterable[list[dict[str, Any]]],
+        embed_only_fields: Iterable[str] | None = None,
+        delete_existing: bool = False,
+    ) -> None:
+        """``update_docs`` for several pages in one call (each list holds the paragraphs of ONE page).
+
+        The pages are embedded together, in the model's full batches, and each is replaced (or
+        appended to) atomically; a sync that writes many pages should call this rather than
+        ``update_docs`` once per page. A page given twice is a ValueError.
+        """
+        batch = [(self._single_page(docs), docs) for docs in pages if docs]
+        ids = [page_id for page_id, _ in batch]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"update_pages takes each page once; got {self.identifier_field} values {ids}")
+        self._write(
+            batch,
+            wanted=set(embed_only_fields) if embed_only_fields else None,
+            delete_existing=delete_existing,
+        )
+
+    def _write(
+        self,
+        pages: Sequence[tuple[int, Sequence[Mapping[str, Any]]]],
+        *,
+        wanted: set[str] | None,
+        delete_existing: bool,
+    ) -> None:
+        if not pages:
             return
-        page_id = self._single_page(docs)
         try:
-            self._loop.run(self._update(page_id, docs, wanted, delete_existing))
+            self._loop.run(self._update(pages, wanted, delete_existing))
         except ValidationFailed as exc:  # e.g. a vector of the wrong size: the caller's mistake
             raise ValueError(f"{exc.field}: {exc}") from exc
 
@@ -324,17 +353,19 @@ class Engine:
         return positive_page_id(pages.pop())  # ValueError: page ids start at 1
 
     async def _update(
-        self, page_id: int, docs: Sequence[Mapping[str, Any]], wanted: set[str] | None, delete_existing: bool
+        self,
+        pages: Sequence[tuple[int, Sequence[Mapping[str, Any]]]],
+        wanted: set[str] | None,
+        delete_existing: bool,
     ) -> None:
-        """Write one page's documents through the indexing pipeline (``ragbot.compat.kolzchut.writes``)."""
+        """Write the pages' documents through the pipeline in one call (``compat.kolzchut.writes``)."""
         await self._ensure()
         assert self._store is not None and self._embedders is not None
         pipeline = IndexingPipeline(definition=self.definition, embedders=self._embedders)
-        await update_page(
+        await update_pages(
             store=self._store,
             pipeline=pipeline,
-            page_id=page_id,
-            docs=docs,
+            pages=pages,
             wanted=wanted,
             delete_existing=delete_existing,
         )

@@ -33,7 +33,11 @@ class Model:
         self, paragraphs_dicts: list[dict[str, Any]], update: bool = False
     ) -> None:
         """Write pre-embedded paragraphs of one page; ``update=True`` replaces the page's old copy."""
-        self.engine._write(paragraphs_dicts, wanted=set(), delete_existing=update)
+        if not paragraphs_dicts:
+            return
+        engine = self.engine
+        page_id = engine._single_page(paragraphs_dicts)
+        engine._write([(page_id, paragraphs_dicts)], wanted=set(), delete_existing=update)
 
 
 _ENGINES: dict[tuple[int, ...], tuple[tuple[Any, ...], Engine]] = {}

@@ -1,4 +1,4 @@
-"""kolzchut-ragbot's ``update_docs``: one page's documents, embedded and written by the indexing pipeline."""
+"""kolzchut-ragbot's ``update_docs``: pages' documents, embedded together and written by the pipeline."""
 
 from __future__ import annotations
 
@@ -16,16 +16,18 @@ from ragbot.retrieval import strip_vector_fields as _strip
 _IDS = frozenset({"_id", "doc_id", "page_id", "revision_id", "paragraph"})
 
 
-async def update_page(
+async def update_pages(
     *,
     store: SearchStore,
     pipeline: IndexingPipeline,
-    page_id: int,
-    docs: Sequence[Mapping[str, Any]],
+    pages: Sequence[tuple[int, Sequence[Mapping[str, Any]]]],
     wanted: set[str] | None,
     delete_existing: bool,
 ) -> None:
-    """Embed, then replace the page in one store operation (old copy or new, never a gap).
+    """Embed every page's documents together, then replace each page atomically (old copy or new).
+
+    One pipeline call for all the pages: their texts share the model's batches (a paragraph's vectors
+    do not depend on its batch), and the store writes them a group at a time.
 
     ``delete_existing=False`` appends, as kolzchut-ragbot did: the page's indexed paragraphs are
     read back, re-embedded (the store never returns vectors) and written again with the new ones
@@ -33,6 +35,35 @@ async def update_page(
     ids; otherwise the indexed revision is kept (0 for a new page). Fields in ``wanted`` (None: all)
     are embedded; vectors the caller computed are kept for the others.
     """
+    writes: list[PageWrite] = []
+    new_ids: set[str] = set()
+    for page_id, docs in pages:
+        write, kept = await _page_write(
+            store=store, pipeline=pipeline, page_id=page_id, docs=docs, delete_existing=delete_existing
+        )
+        writes.append(write)
+        new_ids.update(sp.doc_id for sp in write.paragraphs[kept:])
+    chosen: Collection[str] | None = (
+        None
+        if wanted is None
+        else {vf.name for vf in pipeline.definition.vector_fields if vf.field in wanted}
+    )
+
+    def select(sp: StoredParagraph) -> Collection[str] | None:
+        return chosen if sp.doc_id in new_ids else None  # read-back paragraphs: every field again
+
+    await pipeline.write_paragraphs(writes, store=store, select=select)
+
+
+async def _page_write(
+    *,
+    store: SearchStore,
+    pipeline: IndexingPipeline,
+    page_id: int,
+    docs: Sequence[Mapping[str, Any]],
+    delete_existing: bool,
+) -> tuple[PageWrite, int]:
+    """One page's paragraphs (read-back ones first, when appending) and how many were read back."""
     state = await store.page_state(page_id=page_id)
     given = docs[0].get("revision_id")
     revision_id = int(given) if given is not None else (state.revision_id if state else 0)
@@ -57,17 +88,7 @@ async def update_page(
                 vectors=_given_vectors(doc, pipeline),
             )
         )
-    new_ids = {sp.doc_id for sp in paragraphs[len(kept) :]}
-    chosen: Collection[str] | None = (
-        None
-        if wanted is None
-        else {vf.name for vf in pipeline.definition.vector_fields if vf.field in wanted}
-    )
-
-    def select(sp: StoredParagraph) -> Collection[str] | None:
-        return chosen if sp.doc_id in new_ids else None  # read-back paragraphs: every field again
-
-    await pipeline.write_paragraphs([PageWrite(page_id, revision_id, paragraphs)], store=store, select=select)
+    return PageWrite(page_id, revision_id, paragraphs), len(kept)
 
 
 def _given_vectors(doc: Mapping[str, Any], pipeline: IndexingPipeline) -> dict[str, Vector]:
