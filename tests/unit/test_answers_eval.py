@@ -7,11 +7,13 @@ import json
 
 from ragbot.cli.main import build_parser
 from ragbot.evaluation.answers import (
+    DEFAULT_PAGES,
     SAMPLE_PAGES,
     SAMPLE_QUESTIONS,
     AnswerRow,
     answer_sentences,
     figures,
+    half_of,
     load_questions,
     supported,
 )
@@ -70,3 +72,32 @@ def test_the_question_file_has_hebrew_and_english_questions_on_the_sample_pages(
 def test_the_cli_has_the_subcommand() -> None:
     args = build_parser().parse_args(["eval-answers", "--modes", "quote", "strict", "--max-tokens", "64"])
     assert args.modes == ["quote", "strict"] and args.max_tokens == 64
+
+
+def test_the_abstention_set_is_large_bilingual_and_a_third_unanswerable_mostly_from_the_same_field() -> None:
+    questions = load_questions()
+    pages = {
+        json.loads(line)["page_id"] for path in DEFAULT_PAGES for line in path.read_text("utf-8").splitlines()
+    }
+    unanswerable = [q for q in questions if q.gold_page_id is None]
+    assert len(questions) >= 120 and len({q.id for q in questions}) == len(questions)
+    assert {q.language for q in questions} == {"he", "en"}
+    assert len(unanswerable) >= len(questions) / 3
+    assert sum(q.scope == "same_field" for q in unanswerable) > len(unanswerable) / 2
+    assert all(q.gold_pages <= pages for q in questions)
+    assert all((q.gold_page_id is None) == (q.scope != "answerable") for q in questions)
+
+
+def test_the_split_is_deterministic_disjoint_and_stratified() -> None:
+    questions = load_questions()
+    tune, held_out = half_of(questions, "tune"), half_of(questions, "held_out")
+    assert {q.id for q in tune}.isdisjoint({q.id for q in held_out})
+    assert len(tune) + len(held_out) == len(questions)
+    assert [q.id for q in half_of(list(reversed(questions)), "held_out")] == [
+        q.id for q in reversed(held_out)
+    ]
+    for scope in ("answerable", "same_field", "off_field"):
+        for language in ("he", "en"):
+            a = sum(q.scope == scope and q.language == language for q in tune)
+            b = sum(q.scope == scope and q.language == language for q in held_out)
+            assert abs(a - b) <= 1, (scope, language, a, b)
