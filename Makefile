@@ -15,7 +15,7 @@ MW_ADMIN_PASSWORD ?= ragbot-test-admin-password
 MW_BOT_APP ?= ragbot
 MW_BOT_PASSWORD ?= ragbottestbotpassword0123456789ab
 PYTEST_ARGS ?=
-LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
+LINT_PATHS ?= shared services tests bench $(wildcard scripts/*.py)
 # Redis, Elasticsearch, MediaWiki and the test tools without Docker (shared/ragbot/dev/services).
 SERVICES := $(UV) run python -m ragbot.dev.services
 export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD MW_BOT_APP MW_BOT_PASSWORD
@@ -73,7 +73,7 @@ bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figure
 	trap '$(SERVICES) down' EXIT; \
 	$(SERVICES) up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
-		$(UV) run python bench/run_all.py $(BENCH_ARGS)
+		$(UV) run python -m bench.run $(BENCH_ARGS)
 
 up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)
 	$(COMPOSE) up -d --build --wait

@@ -4,7 +4,7 @@
 ingest, the embedder worker, the retriever and chat (embedded llama.cpp, 8-token answers) run as
 ``python -m`` children with MiniLM on the CPU; a local wiki answers the content API. The scenarios that
 break things live in ``support.fault_scenarios``; ``tests/e2e/test_faults.py`` and
-``bench/security_faults.py`` both drive them.
+``bench/security/faults.py`` both drive them.
 """
 
 from __future__ import annotations

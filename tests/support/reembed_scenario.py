@@ -1,4 +1,4 @@
-"""The re-embed scenario through real processes, shared by the e2e test and ``bench/operations_reembed.py``.
+"""The re-embed scenario through real processes, shared by the e2e test and ``bench/operations/reembed.py``.
 
 A stack (ingest, embedder worker, retriever as children, a local wiki) indexes ``pages`` pages with
 one definition; the definition file is then changed (the same model now also embeds the title, a
