@@ -20,7 +20,7 @@ LINT_PATHS ?= shared services tests bench $(wildcard scripts/*.py)
 SERVICES := $(UV) run python -m ragbot.dev.services
 export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD MW_BOT_APP MW_BOT_PASSWORD
 
-.PHONY: help setup deps run test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
+.PHONY: help setup deps run run-wiki test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
 	services-status clean
 
 help: ## list the targets
@@ -37,6 +37,9 @@ deps: ## install Redis, curl, unzip, a JDK, promtool, chromium and chromedriver 
 
 run: setup ## start Redis and the four services locally, index the sample pages, print the URLs
 	$(UV) run python scripts/run.py
+
+run-wiki: setup ## as run, but the pages come from a local MediaWiki (sample pages imported), indexed by polling it
+	$(UV) run python scripts/run.py --mediawiki --mediawiki-port $(MW_PORT)
 
 test: setup deps ## start real Redis + Elasticsearch + MediaWiki, run every test, stop what was started
 	@export RAGBOT_SERVICES_OWNER="make-test-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
@@ -68,11 +71,13 @@ format: ## apply ruff's fixes and formatting
 openapi: ## write the three services' OpenAPI documents to docs/openapi/ (tests/unit/test_openapi.py checks them)
 	$(UV) run python scripts/openapi.py
 
-bench: setup deps ## run every benchmark with real Redis + Elasticsearch; figures in bench/results/*.json
-	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$"; \
+bench: setup deps ## run every benchmark with real Redis + Elasticsearch + MediaWiki; figures in bench/results/*.json
+	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
 	trap '$(SERVICES) down' EXIT; \
 	$(SERVICES) up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
+	RAGBOT_TEST_MEDIAWIKI_URL="http://127.0.0.1:$(MW_PORT)" \
+	RAGBOT_TEST_MEDIAWIKI_USER="$(MW_ADMIN_USER)" RAGBOT_TEST_MEDIAWIKI_PASSWORD="$(MW_ADMIN_PASSWORD)" \
 		$(UV) run python -m bench.run $(BENCH_ARGS)
 
 up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)

@@ -7,7 +7,8 @@ Each writes ``bench/results/<name>.json`` under the name docs/benchmarks.md quot
 
 Benchmarks that need data take it from ``RAGBOT_DATA_DIR`` (a folder holding ``beir/scifact`` and
 ``beir/heq-test``; default ``../shared/data`` when it exists). Redis and Elasticsearch come from
-``RAGBOT_TEST_REDIS_URL`` / ``RAGBOT_TEST_ES_URL`` (``make bench`` starts them). One runs after the other,
+``RAGBOT_TEST_REDIS_URL`` / ``RAGBOT_TEST_ES_URL``, the MediaWiki from ``RAGBOT_TEST_MEDIAWIKI_*``
+(``make bench`` starts all three). One runs after the other,
 so none measures while another loads the machine. A failing benchmark is reported and the others still
 run; the exit code says whether all passed.
 
@@ -77,7 +78,11 @@ def retrieval_quality(data: Path) -> list[Bench]:
 def subjects(data: Path | None) -> dict[str, list[Bench]]:
     """Every benchmark ``make bench`` runs, by subject, in run order."""
     return {
-        "indexing": [Bench("indexing", "bench.indexing.pipeline")],
+        "indexing": [
+            Bench("indexing", "bench.indexing.pipeline"),
+            # a worker polling the real MediaWiki (RAGBOT_TEST_MEDIAWIKI_*): edit, move, delete, a storm
+            Bench("wiki", "bench.indexing.wiki"),
+        ],
         "retrieval": [
             Bench("embedded_store", "bench.retrieval.embedded_store"),
             *(retrieval_quality(data) if data is not None else []),

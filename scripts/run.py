@@ -7,6 +7,12 @@ local wiki on 127.0.0.1:8090 that answers like the content API; pings ingest for
 (the real ping path); waits until every job has ended; prints the URLs and an example query. Ctrl-C
 or SIGTERM stops everything it started. Logs go to ``var/log/``.
 
+With ``--mediawiki`` (``make run-wiki``) the pages come from a real wiki instead: the throwaway MediaWiki
+of ``scripts/services.sh`` (Debian's package on PHP's built-in server, 127.0.0.1:8480) with the sample
+pages imported as wikitext through its Action API; the worker polls it on Celery beat
+(``RAGBOT_MEDIAWIKI_*``, ``RAGBOT_WORKER_BEAT``) and the run waits until the retriever serves every
+imported page. Its store is ``var/wiki/``; edits made in the wiki are retrievable one poll later.
+
 A second stack beside a running one: its own ``--var-dir`` and ``--wiki-port``, the services' ports moved
 with ``RAGBOT_INGEST_PORT``, ``RAGBOT_WORKER_METRICS_PORT``, ``RAGBOT_RETRIEVER_PORT`` and
 ``RAGBOT_CHAT_PORT`` (chat follows the retriever's port), and its own Redis database and queue
@@ -27,17 +33,24 @@ from pathlib import Path
 from types import FrameType
 
 import httpx
+import redis
 
+from ragbot.dev.mediawiki import LocalMediaWiki, sample_wikitext
 from ragbot.dev.servers import EMBEDDED_LLM_MODE, LocalWiki, ServiceProcess, load_pages, local_service
+from ragbot.messaging.wiki_poll import cursor_key
 from ragbot.settings import (
     get_chat_settings,
+    get_client_settings,
     get_ingest_settings,
+    get_redis_settings,
     get_retriever_settings,
     get_worker_settings,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_PORT = 6379
+DEFAULT_MEDIAWIKI_PORT = 8480
+MEDIAWIKI_POLL_INTERVAL_S = "5"
 SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
 START_TIMEOUT_S = 300.0
 INDEX_TIMEOUT_S = 600.0
@@ -57,13 +70,15 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def _services(action: str, owner: str) -> int:
-    """Run ``python -m ragbot.dev.services <action>`` for our Redis only, tagged with our owner."""
+def _services(action: str, owner: str, *, services: str = "redis", **knobs: str) -> int:
+    """Run ``python -m ragbot.dev.services <action>`` for ``services`` (our Redis by default), tagged
+    with our owner."""
     env = {
         **os.environ,
-        "RAGBOT_SERVICES": "redis",
+        "RAGBOT_SERVICES": services,
         "REDIS_PORT": str(DEFAULT_REDIS_PORT),
         "RAGBOT_SERVICES_OWNER": owner,
+        **knobs,
     }
     return subprocess.run(
         [sys.executable, "-m", "ragbot.dev.services", action], env=env, check=False
@@ -84,6 +99,17 @@ def ensure_redis(owner: str) -> tuple[str, bool]:
 def stop_redis(owner: str) -> None:
     """Stop the Redis this run started (``down`` only stops what carries our owner tag)."""
     _services("down", owner)
+
+
+def start_mediawiki(owner: str, wiki: LocalMediaWiki) -> None:
+    """Start the throwaway MediaWiki of ragbot.dev.services (a fresh install unless one answers)."""
+    if _services("up", owner, services="mediawiki", **wiki.knobs()) != 0:
+        raise SystemExit("could not start MediaWiki (see the message above)")
+
+
+def stop_mediawiki(owner: str, wiki: LocalMediaWiki) -> None:
+    """Stop the wiki this run started (``down`` only stops what carries our owner tag)."""
+    _services("down", owner, services="mediawiki", **wiki.knobs())
 
 
 def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
@@ -111,7 +137,8 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     allowed = json.loads(env.get("RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS", "[]") or "[]")
     if wiki_host not in allowed and "*" not in allowed:
-        env["RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"] = json.dumps([*allowed, wiki_host, "localhost"])
+        # The sample wiki's host and port: an entry without a port allows only 80 (ragbot.sources.ssrf).
+        env["RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"] = json.dumps([*allowed, wiki_host])
     return env
 
 
@@ -141,12 +168,25 @@ def build_services(env: dict[str, str], logs: Path) -> list[ServiceProcess]:
     return services
 
 
+class Refused(Exception):
+    """Ingest refused the sample pings (keys are configured and the credential is missing or wrong)."""
+
+
 def index_samples(*, ingest_url: str, wiki: LocalWiki, pages: list[dict[str, object]]) -> dict[str, int]:
-    """Ping ingest for every sample page and wait until every job has ended; returns states counted."""
+    """Ping ingest for every sample page and wait until every job has ended; returns states counted.
+
+    With keys configured (RAGBOT_AUTH_KEYS), the pings and job reads carry RAGBOT_CLIENT_API_KEY (a key
+    with the ingest scope); a refusal raises ``Refused`` with ingest's reason.
+    """
+    headers = get_client_settings().headers()
+    if headers:
+        say("indexing the samples with the key in RAGBOT_CLIENT_API_KEY")
     job_ids: list[str] = []
-    with httpx.Client(base_url=ingest_url, timeout=30.0) as client:
+    with httpx.Client(base_url=ingest_url, timeout=30.0, headers=headers) as client:
         for page in pages:
             response = client.post("/v1/pages/changed", json=wiki.ping(int(str(page["page_id"]))))
+            if response.status_code in (401, 403):
+                raise Refused(f"ingest answered {response.status_code}: {response.json().get('detail')}")
             response.raise_for_status()
             job_ids.append(response.json()["job_id"])
         say(f"pinged ingest for {len(job_ids)} sample pages; waiting for the embedder")
@@ -173,6 +213,63 @@ def index_samples(*, ingest_url: str, wiki: LocalWiki, pages: list[dict[str, obj
     return counts
 
 
+def import_samples(wiki: LocalMediaWiki, pages: list[dict[str, object]]) -> dict[int, int]:
+    """Write every sample page into the wiki as wikitext; {page id: revision id} as the wiki answered."""
+    writer = wiki.writer()
+    try:
+        revisions: dict[int, int] = {}
+        for page in pages:
+            edit = writer.edit(title=str(page["title"]), text=sample_wikitext(page))
+            revisions[int(edit["pageid"])] = int(edit["newrevid"])
+        return revisions
+    finally:
+        writer.close()
+
+
+def mediawiki_env(env: dict[str, str], wiki: LocalMediaWiki) -> dict[str, str]:
+    """The worker polls the wiki on Celery beat (an interval set in the environment or .env wins)."""
+    env = dict(env)
+    env["RAGBOT_MEDIAWIKI_API_URL"] = wiki.api_url
+    env.setdefault("RAGBOT_MEDIAWIKI_POLL_INTERVAL_S", MEDIAWIKI_POLL_INTERVAL_S)
+    env["RAGBOT_WORKER_BEAT"] = "true"
+    return env
+
+
+def forget_old_index(*, redis_url: str, var: Path, api_url: str) -> None:
+    """A freshly installed wiki numbers its pages and changes from 1 again: drop the poll cursor and
+    the store an earlier wiki left, so the first poll is a full sync into an empty store."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(f"{get_redis_settings().key_prefix}:{cursor_key(api_url)}")
+    finally:
+        client.close()
+    for path in var.glob("ragbot*"):
+        if path.is_file():
+            path.unlink()
+
+
+def wait_polled(*, retriever_url: str, revisions: dict[int, int], services: list[ServiceProcess]) -> int:
+    """Wait until the retriever serves every imported page at its revision; how many it serves."""
+    waiting = dict(revisions)
+    deadline = time.monotonic() + INDEX_TIMEOUT_S
+    with httpx.Client(base_url=retriever_url, timeout=30.0) as client:
+        while waiting and time.monotonic() < deadline:
+            for proc in services:
+                if not proc.alive():
+                    raise RuntimeError(f"{proc.name} exited while the pages were indexed:\n{proc.log_tail()}")
+            for page_id, revision in list(waiting.items()):
+                response = client.get(f"/v1/pages/{page_id}")
+                documents = response.json().get("documents", []) if response.status_code == 200 else []
+                if documents and int(documents[0].get("revision_id") or 0) >= revision:
+                    del waiting[page_id]
+            time.sleep(1.0)  # a handful of requests a second stays far below the retriever's rate limit
+    if waiting:
+        raise SystemExit(
+            f"pages {sorted(waiting)} were not indexed in {INDEX_TIMEOUT_S:.0f} s; see the embedder's log"
+        )
+    return len(revisions)
+
+
 def wait_forever(services: list[ServiceProcess]) -> None:
     """Block until a signal arrives; leave if a service dies."""
     while True:
@@ -182,13 +279,14 @@ def wait_forever(services: list[ServiceProcess]) -> None:
         time.sleep(1.0)
 
 
-def print_urls(services: list[ServiceProcess], wiki: LocalWiki, retriever_port: int) -> None:
+def print_urls(services: list[ServiceProcess], wiki_lines: list[str], retriever_port: int) -> None:
     """The URLs and an example query."""
     say()
     say("ragbot is running:")
     for proc in services:
         say(f"  {proc.name:<10} {proc.health_url.rsplit('/', 1)[0]}   (log: {proc.log_path})")
-    say(f"  {'wiki':<10} {wiki.base_url}   (sample pages, content API shape)")
+    for line in wiki_lines:
+        say(f"  {line}")
     chat = next((p for p in services if p.name == "chat"), None)
     if chat is not None:
         base = chat.health_url.rsplit("/", 1)[0]
@@ -213,24 +311,48 @@ def main() -> int:
     parser.add_argument("--wiki-port", type=int, default=8090, help="port of the local sample wiki")
     parser.add_argument("--no-index", action="store_true", help="start the services but ping nothing")
     parser.add_argument(
+        "--mediawiki",
+        action="store_true",
+        help="follow a real local MediaWiki instead (make run-wiki): start it, import the sample pages, "
+        "index them by polling",
+    )
+    parser.add_argument(
+        "--mediawiki-port", type=int, default=DEFAULT_MEDIAWIKI_PORT, help="port of the local MediaWiki"
+    )
+    parser.add_argument(
         "--var-dir",
         type=Path,
-        default=ROOT / "var",
-        help="where the store, logs and metrics go (default var/; a second stack needs its own)",
+        default=None,
+        help="where the store, logs and metrics go (default var/, with --mediawiki var/wiki/; a second "
+        "stack needs its own)",
     )
     args = parser.parse_args()
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     owner = f"make-run-{os.getpid()}"
-    var = args.var_dir.resolve()
+    var = (args.var_dir or ROOT / ("var/wiki" if args.mediawiki else "var")).resolve()
     var.mkdir(parents=True, exist_ok=True)
     services: list[ServiceProcess] = []
     wiki: LocalWiki | None = None
-    started_redis = False
+    mediawiki: LocalMediaWiki | None = None
+    started_redis = started_mediawiki = False
     try:
         redis_url, started_redis = ensure_redis(owner)
-        env = service_env(redis_url, var, "127.0.0.1")
+        env = service_env(redis_url, var, f"127.0.0.1:{args.wiki_port}")
+        pages = load_pages(SAMPLES)
+        revisions: dict[int, int] = {}
+        if args.mediawiki:
+            mediawiki = LocalMediaWiki.from_environ(os.environ, port=args.mediawiki_port)
+            fresh = not mediawiki.answers()
+            start_mediawiki(owner, mediawiki)
+            started_mediawiki = fresh
+            if fresh:
+                forget_old_index(redis_url=redis_url, var=var, api_url=mediawiki.api_url)
+            env = mediawiki_env(env, mediawiki)
+            if not args.no_index:
+                revisions = import_samples(mediawiki, pages)
+                say(f"imported {len(revisions)} sample pages into the wiki at {mediawiki.base_url}")
         services = build_services(env, var / "log")
         for proc in services:
             proc.log_path.unlink(missing_ok=True)  # one run per log file
@@ -240,18 +362,38 @@ def main() -> int:
         for proc in services:
             proc.wait_healthy(timeout_s=START_TIMEOUT_S)
             say(f"{proc.name} is up: {proc.health_url}")
-        pages = load_pages(SAMPLES)
-        wiki = LocalWiki(pages, host="127.0.0.1", port=args.wiki_port).start()
-        if not args.no_index:
-            counts = index_samples(
-                ingest_url=services[0].health_url.rsplit("/", 1)[0], wiki=wiki, pages=pages
-            )
-            say("sample pages: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-        print_urls(services, wiki, get_retriever_settings().port)
+        retriever_port = get_retriever_settings().port
+        if mediawiki is not None:
+            interval = env["RAGBOT_MEDIAWIKI_POLL_INTERVAL_S"]
+            if revisions:
+                say(f"waiting for the worker's poll to index them (every {interval} s)")
+                served = wait_polled(
+                    retriever_url=f"http://127.0.0.1:{retriever_port}", revisions=revisions, services=services
+                )
+                say(f"sample pages: {served} indexed by polling the wiki")
+            wiki_lines = [
+                f"{'wiki':<10} {mediawiki.base_url}/index.php   (MediaWiki: log in as "
+                f"{mediawiki.admin_user} / {mediawiki.admin_password}; edits are polled every {interval} s)"
+            ]
+        else:
+            wiki = LocalWiki(pages, host="127.0.0.1", port=args.wiki_port).start()
+            if not args.no_index:
+                try:
+                    counts = index_samples(
+                        ingest_url=services[0].health_url.rsplit("/", 1)[0], wiki=wiki, pages=pages
+                    )
+                    say("sample pages: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+                except Refused as refused:  # the stack stays up; only the samples are not indexed
+                    say(
+                        f"sample pages not indexed: {refused}. Keys are configured (RAGBOT_AUTH_KEYS): set "
+                        "RAGBOT_CLIENT_API_KEY to a key with the ingest scope, or run with --no-index"
+                    )
+            wiki_lines = [f"{'wiki':<10} {wiki.base_url}   (sample pages, content API shape)"]
+        print_urls(services, wiki_lines, retriever_port)
         wait_forever(services)
     except Stop as stop:
         say(f"\n{stop}: stopping")
-    except RuntimeError as exc:  # a service did not come up: its log tail is in the message
+    except RuntimeError as exc:  # a service did not come up (its log tail is in the message), or the wiki
         say(str(exc))
         return 1
     finally:
@@ -262,6 +404,8 @@ def main() -> int:
             say(f"stopped {proc.name} (exit {code})")
         if wiki is not None:
             wiki.stop()
+        if mediawiki is not None and started_mediawiki:
+            stop_mediawiki(owner, mediawiki)
         if started_redis:
             stop_redis(owner)
     return 0

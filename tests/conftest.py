@@ -22,6 +22,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # Apps under test count no rate limits unless a test gives them a limiter (tests/unit/test_rate_limits.py).
 os.environ.setdefault("RAGBOT_RATE_LIMIT_ENABLED", "false")
+# In-process clients name made-up hosts (testserver, chat.test, ...): apps under test answer any Host,
+# except where a test sets the list itself (tests/integration/test_hostile_auth.py,
+# tests/e2e/test_auth_e2e.py).
+os.environ.setdefault("RAGBOT_HTTP_TRUSTED_HOSTS", '["*"]')
 
 # tests/compose drives the Docker stack that `make test-compose` boots; `make test` does not collect it.
 collect_ignore_glob = [] if os.environ.get("RAGBOT_TEST_COMPOSE") == "1" else ["compose/*"]

@@ -1,1 +1,1 @@
-"""Indexing: the pipeline's throughput, the default definition, real wiki bodies into paragraphs."""
+"""Indexing: the pipeline's throughput, the default definition, real wiki bodies, a polled MediaWiki."""

@@ -167,7 +167,7 @@ def measure_settle(timeout_s: float = 3600.0) -> dict[str, Any]:
                 "RAGBOT_STORE_ES_URL": es_url,
                 "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
                 "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
                 "RAGBOT_WORKER_QUEUE": prefix,
                 "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
                 "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),

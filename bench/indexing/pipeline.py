@@ -277,7 +277,7 @@ def services(
             "RAGBOT_STORE_ES_URL": es_url,
             "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
             "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_INGEST_MAX_PAGE_BYTES": str(8 * 1024 * 1024),
             "RAGBOT_WORKER_QUEUE": prefix,
             "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),

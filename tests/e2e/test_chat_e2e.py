@@ -9,8 +9,10 @@ are English and contexts short, so each generation stays within seconds on two c
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 START_TIMEOUT_S = 180.0
 QUESTION = "Who is exempt from income tax?"
+# Above the services' 10 s shutdown grace (ragbot.http.server), well inside compose's and Kubernetes'.
+GRACE_S = 15.0
 
 
 @dataclass
@@ -219,3 +223,28 @@ def test_with_the_retriever_down_the_client_is_told_so(http: httpx.Client, stack
     assert events[1].data["dependency"] == "retriever"
     assert http.get("/readyz").status_code == 503
     assert stack.chat.alive()
+
+
+def test_chat_stops_within_its_grace_period_on_sigterm_with_a_stream_open(
+    stack: Stack, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {**stack.chat.env, "RAGBOT_CHAT_PORT": str(port), "RAGBOT_CHAT_LLM_MAX_TOKENS": "512"}
+    chat = local_service("chat", module="ragbot_chat", port=port, env=env, log_dir=tmp_path, cwd=tmp_path)
+    chat.start()
+    try:
+        chat.wait_healthy(timeout_s=START_TIMEOUT_S)
+        base = f"http://127.0.0.1:{port}"
+        session_id = httpx.post(f"{base}/v1/sessions", json={"mode": "grounded"}, timeout=60).json()
+        url = f"{base}/v1/sessions/{session_id['session_id']}/messages"
+        with httpx.stream("POST", url, json={"question": QUESTION}, timeout=300) as streaming:
+            first = next(streaming.iter_lines())  # the answer has started streaming
+            assert first.startswith("event:"), first
+            started = time.monotonic()
+            code = chat.stop(grace_s=GRACE_S)
+            took = time.monotonic() - started
+    finally:
+        chat.stop()
+    # uvicorn finishes its shutdown, then re-raises the SIGTERM it caught: -15 is a clean stop, -9 is not.
+    assert code in (0, -signal.SIGTERM) and took < GRACE_S, f"exit {code} after {took:.1f} s"
+    assert "Application shutdown complete" in chat.log_tail(80), chat.log_tail(80)

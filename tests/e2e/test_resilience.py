@@ -129,7 +129,7 @@ def stack(redis_url: str, es_url: str, tmp_path_factory: pytest.TempPathFactory)
             "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
             "RAGBOT_STORE_ES_TIMEOUT_S": "5",
             "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_INGEST_MAX_UPLOAD_BYTES": str(UPLOAD_CAP),
             "RAGBOT_INGEST_REINDEX_BATCH_PAGES": "4",
             "RAGBOT_WORKER_QUEUE": queue,

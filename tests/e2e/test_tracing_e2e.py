@@ -123,7 +123,7 @@ def test_one_ping_is_one_trace_from_ingest_through_the_worker_to_the_store(
             "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
             "RAGBOT_INGEST_HOST": "127.0.0.1",
             "RAGBOT_INGEST_PORT": str(ingest_port),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_WORKER_QUEUE": queue,
             "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
             "RAGBOT_WORKER_METRICS_PORT": str(worker_port),

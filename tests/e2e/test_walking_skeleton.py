@@ -122,7 +122,7 @@ def stack(
             "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
             "RAGBOT_INGEST_HOST": "127.0.0.1",
             "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
             "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
             "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),

@@ -193,6 +193,11 @@ def test_set_config_versions_and_applies_without_a_restart(http: httpx.Client, s
         ({"temperature": 2.5}, "temperature"),
         ({"num_of_pages": 0}, "num_of_pages"),
         ({"user_prompt": "no slots"}, "user_prompt"),
+        # Lengths are bounded (issue 28 item 9): a 10 MB prompt is refused naming its field.
+        ({"system_prompt": "x" * 10 * 1024 * 1024}, "system_prompt"),
+        ({"rephrase_prompt": "{question}" + "x" * 20_000}, "rephrase_prompt"),
+        ({"banned_fields": ["title"] * 201}, "banned_fields"),
+        ({"model": "m" * 201}, "model"),
     ],
 )
 def test_invalid_configs_are_refused_naming_the_field_and_change_nothing(

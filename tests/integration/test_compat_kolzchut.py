@@ -218,6 +218,8 @@ def test_update_docs_replaces_or_appends_and_refuses_mixed_pages(engine: Engine)
 
     with pytest.raises(ValueError, match="one page"):
         engine.update_docs([{"page_id": 1, "content": "a"}, {"page_id": 2, "content": "b"}])
+    with pytest.raises(ValueError, match="page ids start at 1"):  # issue 28 item 4
+        engine.update_docs([{"page_id": 0, "content": "a"}])
     given = [{"page_id": 4004, "title": "x", "content": "unchanged input"}]
     engine.update_docs(given, delete_existing=True)
     assert given == [{"page_id": 4004, "title": "x", "content": "unchanged input"}]

@@ -153,7 +153,7 @@ def world(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
     store = build_store(settings=settings, definition=DEFINITION, dimensions=DIMENSIONS)
     redis = Redis.from_url(redis_url)
     wiki = FakeWiki().start()
-    source = WikiPageSource(allowed_hosts=["127.0.0.1"], max_bytes=5 * 1024 * 1024, timeout_s=5.0)
+    source = WikiPageSource(allowed_hosts=["127.0.0.1:*"], max_bytes=5 * 1024 * 1024, timeout_s=5.0)
     jobs = JobStore(redis=redis, key_prefix=prefix, ttl_s=3600)
     ctx = service.IndexingContext(
         definition=DEFINITION,

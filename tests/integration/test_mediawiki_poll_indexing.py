@@ -66,7 +66,7 @@ async def test_a_polled_wiki_keeps_the_store_in_step(
 ) -> None:
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     redis = Redis.from_url(redis_url)
-    source = WikiPageSource(allowed_hosts=["127.0.0.1"], max_bytes=5 * 1024 * 1024, timeout_s=5.0)
+    source = WikiPageSource(allowed_hosts=["127.0.0.1:*"], max_bytes=5 * 1024 * 1024, timeout_s=5.0)
     api = MediaWikiApi(MediaWikiSettings(api_url=wiki.api_url, namespaces=[0]))
     await api.start()
     ctx = service.IndexingContext(

@@ -187,7 +187,7 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
     redis_settings = RedisSettings(url=redis_url, key_prefix=prefix)
     wiki = FakeWiki()
     ingest_settings = IngestSettings(
-        allowed_callback_hosts=["127.0.0.1"],
+        allowed_callback_hosts=["127.0.0.1:*"],
         reindex_batch_pages=2,
         reconcile_max_remove_share=0.25,
         wiki_list_url=wiki.list_url,
@@ -215,7 +215,7 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
     loop = asyncio.new_event_loop()
     store = build_store(settings=settings, definition=DEFINITION, dimensions=DIMENSIONS)
     redis = Redis.from_url(redis_url)
-    source = WikiPageSource(allowed_hosts=["127.0.0.1"], max_bytes=5 * 1024 * 1024, timeout_s=5.0)
+    source = WikiPageSource(allowed_hosts=["127.0.0.1:*"], max_bytes=5 * 1024 * 1024, timeout_s=5.0)
     jobs = JobStore(redis=redis, key_prefix=prefix, ttl_s=3600)
     ctx = service.IndexingContext(
         definition=DEFINITION,
@@ -227,7 +227,7 @@ def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Ite
         metrics=worker_metrics(CollectorRegistry()),
         max_tokens=512,
         batch_max_paragraphs=16,
-        lister=WikiLister(allowed_hosts=["127.0.0.1"], timeout_s=5.0, max_pages=10_000),
+        lister=WikiLister(allowed_hosts=["127.0.0.1:*"], timeout_s=5.0, max_pages=10_000),
     )
     wiki.start()
     loop.run_until_complete(store.ensure_ready())

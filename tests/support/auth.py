@@ -3,7 +3,9 @@ tests and bench/security/auth.py."""
 
 from __future__ import annotations
 
+import os
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -12,9 +14,10 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
+from ragbot.http.auth import install_auth
 from ragbot.ports import SearchStore
-from ragbot.settings import AuthScope, AuthSettings, ChatSettings, IngestSettings
-from support.chat_fakes import ScriptedLLM, StaticRetriever
+from ragbot.settings import AuthScope, AuthSettings, ChatSettings, HttpSettings, IngestSettings, RedisSettings
+from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 from support.fakes import FakeJobs, FakeSender, MemoryStore
 
 # Plain keys for tests only (16+ characters); settings get them as {"key": ...} and keep the hash.
@@ -32,6 +35,9 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 OPEN_WRITES = frozenset({"/ui/signin", "/ui/signout"})
 
 
+LEAVE = [document(5, 0, "Paid leave is 12 days.", title="Leave")]
+
+
 def auth_settings(**overrides: Any) -> AuthSettings:
     """Every test key and the ping token configured, no trusted network."""
     values: dict[str, Any] = {
@@ -43,8 +49,20 @@ def auth_settings(**overrides: Any) -> AuthSettings:
     return AuthSettings(**values)
 
 
-def ingest_app(auth: AuthSettings) -> FastAPI:
-    """Ingest over in-memory fakes."""
+def session_redis() -> RedisSettings:
+    """The test Redis, under a fresh prefix, for the signed-in sessions an app records."""
+    url = os.environ.get("RAGBOT_TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
+    return RedisSettings(url=url, key_prefix=f"test-auth-{uuid.uuid4().hex[:10]}")
+
+
+def with_sessions(app: FastAPI, auth: AuthSettings, *, service: str) -> FastAPI:
+    """``app`` with its UI sessions recorded in the test Redis (``session_redis``)."""
+    install_auth(app, auth, service=service, redis=session_redis())
+    return app
+
+
+def ingest_app(auth: AuthSettings, *, http: HttpSettings | None = None) -> FastAPI:
+    """Ingest over in-memory fakes (``http``: its hosts and header limits)."""
     from ragbot_ingest.app import create_app
     from ragbot_ingest.deps import Resources
 
@@ -55,27 +73,38 @@ def ingest_app(auth: AuthSettings) -> FastAPI:
     async def resources() -> AsyncIterator[Resources]:
         yield Resources(settings=settings, jobs=jobs, sender=sender, store=cast(SearchStore, store))
 
-    return create_app(resources=resources, auth=auth)
+    return with_sessions(create_app(resources=resources, auth=auth, http=http), auth, service="ingest")
 
 
-def chat_app(auth: AuthSettings, *, settings: ChatSettings | None = None) -> FastAPI:
-    """Chat over a scripted LLM and a static retriever (no Redis: routes past auth may answer 5xx)."""
+def chat_app(
+    auth: AuthSettings, *, settings: ChatSettings | None = None, redis_url: str | None = None
+) -> FastAPI:
+    """Chat over a scripted LLM and a static retriever; its conversations in the Redis of ``redis_url``
+    under a fresh prefix (deleted after), or no Redis at all (routes past auth may then answer 5xx)."""
     from ragbot_chat.app import assemble, create_app
     from ragbot_chat.deps import Resources
 
     chat_settings = settings or ChatSettings()
+    prefix = f"test-auth-chat-{uuid.uuid4().hex[:10]}"
 
     @asynccontextmanager
     async def resources() -> AsyncIterator[Resources]:
-        yield assemble(
-            settings=chat_settings,
-            llm=ScriptedLLM(),
-            retriever=StaticRetriever(),
-            redis_client=cast(aioredis.Redis, None),
-            key_prefix="unit-auth",
-        )
+        client = None if redis_url is None else aioredis.Redis.from_url(redis_url, socket_timeout=5)
+        try:
+            yield assemble(
+                settings=chat_settings,
+                llm=ScriptedLLM(),
+                retriever=StaticRetriever(LEAVE if client is not None else ()),
+                redis_client=cast(aioredis.Redis, client),
+                key_prefix=prefix if client is not None else "unit-auth",
+            )
+        finally:
+            if client is not None:
+                async for key in client.scan_iter(f"{prefix}:*"):
+                    await client.delete(key)
+                await client.aclose()
 
-    return create_app(resources=resources, auth=auth)
+    return with_sessions(create_app(resources=resources, auth=auth), auth, service="chat")
 
 
 def retriever_app(auth: AuthSettings) -> FastAPI:
@@ -86,7 +115,7 @@ def retriever_app(auth: AuthSettings) -> FastAPI:
     async def resources() -> AsyncIterator[Any]:
         yield object()
 
-    return create_app(resources=resources, auth=auth)
+    return with_sessions(create_app(resources=resources, auth=auth), auth, service="retriever")
 
 
 def api_routes(routes: Iterable[Any]) -> Iterator[APIRoute]:

@@ -144,7 +144,7 @@ def _env(
             "RAGBOT_STORE_ES_REPLICAS": "1",
             "RAGBOT_STORE_ES_TIMEOUT_S": "5",
             "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_INGEST_REINDEX_BATCH_PAGES": "4",
             "RAGBOT_WORKER_QUEUE": prefix,
             "RAGBOT_WORKER_MAX_RETRIES": "40",

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from support.chat_corpus import write_definition
 from support.chat_stack import sample_store
 from support.processes import (
@@ -85,9 +87,23 @@ class FuzzResult:
         return sum(count for status, count in self.statuses.items() if status >= 500)
 
 
+KEYS_ON = json.dumps(
+    [
+        {
+            "name": "fuzz-admin",
+            "scopes": ["admin", "chat", "ingest", "retrieve", "metrics"],
+            "sha256": "0" * 64,
+        },
+    ]
+)
+"""A configured key nobody holds (its hash matches no key): auth is on and every caller is a stranger."""
+
+
 @contextmanager
-def fuzz_stack(*, redis_url: str, root: Path) -> Iterator[FuzzStack]:
-    """Start ingest, the retriever and chat on their own store copies and Redis prefixes; stop them after."""
+def fuzz_stack(*, redis_url: str, root: Path, keys: bool = False) -> Iterator[FuzzStack]:
+    """Start ingest, the retriever and chat on their own store copies and Redis prefixes; stop them after.
+
+    ``keys``: the services have a key configured (``KEYS_ON``), so loopback is no longer trusted."""
     root.mkdir(parents=True, exist_ok=True)
     definition = write_definition(root / "definition.json")
     ports = {name: free_port() for name in SERVICES}
@@ -109,7 +125,7 @@ def fuzz_stack(*, redis_url: str, root: Path) -> Iterator[FuzzStack]:
                 "RAGBOT_DOCUMENT_DEFINITION": str(definition),
                 "RAGBOT_INGEST_HOST": "127.0.0.1",
                 "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
                 "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
                 "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
                 "RAGBOT_CHAT_HOST": "127.0.0.1",
@@ -126,6 +142,8 @@ def fuzz_stack(*, redis_url: str, root: Path) -> Iterator[FuzzStack]:
         )
         for unset in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR"):
             env.pop(unset, None)
+        if keys:
+            env["RAGBOT_AUTH_KEYS"] = KEYS_ON
         processes[name] = local_service(
             name,
             module=f"ragbot_{name}",
@@ -245,6 +263,21 @@ def _read_json(path: Path) -> dict[str, object]:
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
     return data if isinstance(data, dict) else {}
+
+
+def har_exchanges(path: Path) -> list[tuple[str, str, int]]:
+    """(method, path, status) of every exchange the HAR recorded."""
+    if not path.is_file():
+        return []
+    har = json.loads(path.read_text(encoding="utf-8"))
+    return [
+        (
+            str(entry["request"]["method"]),
+            httpx.URL(str(entry["request"]["url"])).path,
+            int(entry.get("response", {}).get("status", 0)),
+        )
+        for entry in har.get("log", {}).get("entries", [])
+    ]
 
 
 def _har_statuses(path: Path) -> dict[int, int]:

@@ -135,6 +135,32 @@ def catalogue() -> list[BadInput]:
             _page(page_id=2**40),
             words="less than or equal",
         ),
+        # -- issue 28 item 4: a page id below 1 is refused everywhere a page is named
+        BadInput(
+            "push: page id 0", "ingest", "POST", "/v1/pages", _page(page_id=0), words="page ids start at 1"
+        ),
+        BadInput(
+            "push: negative page id",
+            "ingest",
+            "POST",
+            "/v1/pages",
+            _page(page_id=-7),
+            words="page ids start at 1",
+        ),
+        BadInput("page: id 0", "ingest", "GET", "/v1/pages/0", None, None, words="page ids start at 1"),
+        BadInput("delete: id 0", "ingest", "DELETE", "/v1/pages/0", None, None, words="page ids start at 1"),
+        BadInput(
+            "delete: negative id", "ingest", "DELETE", "/v1/pages/-1", None, None, words="page ids start at 1"
+        ),
+        BadInput(
+            "reindex line: page id 0",
+            "ingest",
+            "POST",
+            "/v1/reindex",
+            _page() + b"\n" + _page(page_id=0) + b"\n",
+            "application/x-ndjson",
+            words="page ids start at 1",
+        ),
         BadInput(
             "push: negative revision",
             "ingest",
@@ -466,3 +492,55 @@ def catalogue() -> list[BadInput]:
         ),
     ]
     return cases
+
+
+# -- issue 28: what a guest of the open chat page (its cookie and CSRF token from GET /) is refused.
+# The chat page calls only POST /v1/sessions, GET /v1/sessions/{id}, POST /v1/sessions/{id}/messages and
+# POST /v1/messages/{id}/feedback (static/js/chat.js); everything else a chat key could reach is refused,
+# the API with 403 (a guest may not) and the pages with the sign-in form (401).
+
+
+@dataclass(frozen=True)
+class GuestDenied:
+    """A route a guest must not use, and the status it gets."""
+
+    method: str
+    path: str
+    body: Any = None
+    expect: int = 403
+
+    @property
+    def name(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+MCP_TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+GUEST_DENIED: tuple[GuestDenied, ...] = (
+    GuestDenied("POST", "/search", {"query": "leave"}),
+    GuestDenied("POST", "/search/stream", {"query": "leave"}),
+    GuestDenied("POST", "/rating", {"conversation_id": "x", "like": True}),
+    GuestDenied("GET", "/get_config"),
+    GuestDenied("POST", "/set_config", {"system_prompt": "pwned"}),
+    GuestDenied("GET", "/get_models_version"),
+    GuestDenied("GET", "/get_config_metadata"),
+    GuestDenied("POST", "/clean_redis_history"),
+    GuestDenied("GET", "/ping/redis"),
+    GuestDenied("GET", "/ping/llm_manager"),
+    GuestDenied("GET", "/ping/es_docker"),
+    GuestDenied("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "leave"}]}),
+    GuestDenied("GET", "/v1/models"),
+    GuestDenied("GET", "/v1/feedback"),
+    GuestDenied("POST", "/mcp", MCP_TOOLS_LIST),
+    GuestDenied("POST", "/ui/api/retrieve", {"query": "leave"}),
+    GuestDenied("GET", "/ui/api/models"),
+    GuestDenied("GET", "/ui/api/ingest/v1/pages"),
+    GuestDenied("GET", "/kzchatbot/v0/status"),
+    GuestDenied("POST", "/kzchatbot/v0/question", {"text": "leave", "uuid": "u"}),
+    GuestDenied("POST", f"/v1/sessions/{SESSION}/messages?stream=false&debug=true", {"question": "leave"}),
+    GuestDenied("GET", "/admin", expect=401),
+    GuestDenied("GET", "/documents", expect=401),
+    GuestDenied("GET", "/admin.html", expect=401),
+    GuestDenied("GET", "/index.html", expect=401),
+    GuestDenied("GET", "/batch-runner.html", expect=401),
+    GuestDenied("GET", "/metrics"),
+)

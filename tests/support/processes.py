@@ -22,9 +22,12 @@ __all__ = [
 
 
 def service_env(overrides: Mapping[str, str]) -> dict[str, str]:
-    """Ours, offline, with JSON logs and no inherited Prometheus directory, plus ``overrides``."""
+    """Ours, offline, with JSON logs and no inherited Prometheus directory, plus ``overrides``.
+
+    A real process answers only the hosts a deployment's default does (loopback), not the in-process
+    tests' any (tests/conftest.py), unless ``overrides`` say otherwise."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "RAGBOT_HTTP_TRUSTED_HOSTS"},
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",

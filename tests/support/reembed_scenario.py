@@ -111,7 +111,7 @@ class Stack:
                 "RAGBOT_STORE_ES_INDEX_PREFIX": self.prefix,
                 "RAGBOT_INGEST_HOST": "127.0.0.1",
                 "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
                 "RAGBOT_INGEST_REINDEX_BATCH_PAGES": "8",
                 "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
                 "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),

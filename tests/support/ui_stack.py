@@ -68,7 +68,7 @@ def running_ui_stack(*, redis_url: str, tmp: Path) -> Iterator[UiStack]:
             "RAGBOT_STORE_EMBEDDED_PATH": str(store),
             "RAGBOT_INGEST_HOST": "127.0.0.1",
             "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
             "RAGBOT_WORKER_QUEUE": prefix,
             "RAGBOT_WORKER_MAX_RETRIES": "1",

@@ -219,7 +219,7 @@ def worker_stack(
         "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
         "RAGBOT_INGEST_HOST": "127.0.0.1",
         "RAGBOT_INGEST_PORT": str(ingest_port),
-        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1"]',
+        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
         "RAGBOT_WORKER_QUEUE": prefix,
         "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
         "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",

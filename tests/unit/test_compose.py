@@ -236,6 +236,20 @@ def test_one_shot_jobs_and_profiles(services: dict[str, dict[str, Any]]) -> None
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
 
 
+def test_beat_runs_in_one_worker_behind_its_profile_and_every_worker_can_poll(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    beat = services["embedder-beat"]
+    assert beat["profiles"] == ["beat"] and beat["deploy"]["replicas"] == 1
+    assert beat["environment"]["RAGBOT_WORKER_BEAT"] == "true"
+    assert beat["command"] == services["embedder"]["command"]
+    for name in ("embedder", "embedder-gpu", "embedder-beat"):
+        env = services[name]["environment"]
+        assert name == "embedder-beat" or "RAGBOT_WORKER_BEAT" not in env
+        assert env["RAGBOT_MEDIAWIKI_API_URL"] == "${RAGBOT_MEDIAWIKI_API_URL:-}", name
+        assert env["RAGBOT_MEDIAWIKI_PASSWORD"] == "${RAGBOT_MEDIAWIKI_PASSWORD:-}", name
+
+
 def test_redis_keeps_an_append_only_file(services: dict[str, dict[str, Any]]) -> None:
     command = services["redis"]["command"]
     assert command[command.index("--appendonly") + 1] == "yes"

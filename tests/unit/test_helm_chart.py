@@ -6,6 +6,7 @@ runs first); a missing helm fails with that instruction, never a skip.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -110,13 +111,16 @@ def test_four_deployments_with_probes_resources_and_their_module(default: list[d
     services = of_kind(default, "Service")
     assert set(services) == {f"rb-ragbot-{s}" for s in SERVICES}
     chat_env = env_of(deployments["rb-ragbot-chat"])
+    # The services call each other by name, so every one answers to those names (besides loopback).
+    hosts = json.loads(chat_env["RAGBOT_HTTP_TRUSTED_HOSTS"]["value"])
+    assert hosts == [f"rb-ragbot-{s}" for s in ("ingest", "retriever", "chat")]
     assert chat_env["RAGBOT_CHAT_RETRIEVER_URL"]["value"] == "http://rb-ragbot-retriever:8002"
 
 
 def test_secrets_come_from_the_existing_secret(default: list[dict[str, Any]]) -> None:
     assert not of_kind(default, "Secret"), "the chart must not create secrets"
     deployments = of_kind(default, "Deployment")
-    for name, deployment in deployments.items():
+    for deployment in deployments.values():
         env = env_of(deployment)
         refs = {k: v["valueFrom"]["secretKeyRef"] for k, v in env.items() if "valueFrom" in v}
         assert all(ref["name"] == SECRET for ref in refs.values()), refs
@@ -126,9 +130,7 @@ def test_secrets_come_from_the_existing_secret(default: list[dict[str, Any]]) ->
         # A $(VAR) reference only expands when VAR is defined earlier in the list.
         names = [e["name"] for e in container(deployment)["env"]]
         assert names.index("REDIS_PASSWORD") < names.index("RAGBOT_REDIS_URL")
-        if name.endswith("embedder"):
-            assert "RAGBOT_AUTH_KEYS" not in env
-            continue
+        # The worker's metrics port honours the metrics scope too, so every service gets the keys.
         assert refs["RAGBOT_AUTH_SESSION_SECRET"]["key"] == "ui-session-secret"
         keys = env["RAGBOT_AUTH_KEYS"]["value"]
         for variable in (
@@ -237,7 +239,8 @@ def test_every_ragbot_variable_the_chart_sets_is_a_setting(keda_gpu: list[dict[s
             prefix = str(value.model_config.get("env_prefix", ""))
             known |= {(prefix + name).upper() for name in value.model_fields}
     custom = render(*KEDA_GPU, "--set", "secrets.llmApiKey.existingSecret=llm")
-    for pod in [d for d in [*keda_gpu, *custom] if d["kind"] in ("Deployment", "Job")]:
+    beat = render(*BEAT_MEDIAWIKI)
+    for pod in [d for d in [*keda_gpu, *custom, *beat] if d["kind"] in ("Deployment", "Job")]:
         unknown = {n for n in env_of(pod) if n.startswith("RAGBOT_") and n not in known}
         assert not unknown, f"{pod['metadata']['name']} sets variables no settings class reads: {unknown}"
 
@@ -252,3 +255,48 @@ def test_each_pod_runs_its_roles_image(default: list[dict[str, Any]]) -> None:
     for name, image in images.items():
         role = next((r for r in ("ingest", "embedder", "retriever", "chat") if name.endswith(r)), "embedder")
         assert image.startswith(f"ragbot-{role}:"), (name, image)
+
+
+BEAT_MEDIAWIKI = [
+    "--set",
+    "beat.enabled=true",
+    "--set",
+    "mediawiki.apiUrl=https://wiki.example.org/w/api.php",
+    "--set",
+    "mediawiki.user=Bot@ragbot",
+    "--set",
+    "mediawiki.pollIntervalS=30",
+]
+
+
+def test_beat_is_one_more_worker_and_every_worker_can_run_the_poll() -> None:
+    helm("lint", "--strict", str(CHART), *BEAT_MEDIAWIKI, *KEDA_GPU)
+    documents = render(*BEAT_MEDIAWIKI, *KEDA_GPU)
+    deployments = of_kind(documents, "Deployment")
+    beat, worker = deployments["rb-ragbot-embedder-beat"], deployments["rb-ragbot-embedder"]
+    # Never two beats: one replica, replaced by stopping the old pod first, not scaled by KEDA.
+    assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"] == {"type": "Recreate"}
+    assert [s["spec"]["scaleTargetRef"]["name"] for s in of_kind(documents, "ScaledObject").values()] == [
+        "rb-ragbot-embedder"
+    ]
+    assert env_of(beat)["RAGBOT_WORKER_BEAT"]["value"] == "true"
+    assert "RAGBOT_WORKER_BEAT" not in env_of(worker)
+    assert env_of(beat)["RAGBOT_DEVICE"]["value"] == "cpu"  # the GPU goes to the scaled workers
+    for deployment in (beat, worker):  # any worker may take the poll off the queue
+        env = env_of(deployment)
+        assert env["RAGBOT_MEDIAWIKI_API_URL"]["value"] == "https://wiki.example.org/w/api.php"
+        assert env["RAGBOT_MEDIAWIKI_NAMESPACES"]["value"] == "[0]"
+        assert env["RAGBOT_MEDIAWIKI_POLL_INTERVAL_S"]["value"] == "30"
+        assert env["RAGBOT_MEDIAWIKI_USER"]["value"] == "Bot@ragbot"
+        ref = env["RAGBOT_MEDIAWIKI_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": SECRET, "key": "mediawiki-password"}
+    # Scraped under job="embedder" (the ServiceMonitor's jobLabel), so the workers' alerts cover it.
+    service = of_kind(documents, "Service")["rb-ragbot-embedder-beat"]
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "embedder"
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "embedder-beat"
+
+
+def test_no_beat_and_no_wiki_settings_by_default(default: list[dict[str, Any]]) -> None:
+    for deployment in of_kind(default, "Deployment").values():
+        assert not {n for n in env_of(deployment) if n.startswith("RAGBOT_MEDIAWIKI_")}
+        assert "RAGBOT_WORKER_BEAT" not in env_of(deployment)

@@ -63,8 +63,8 @@ def test_hostile_callback_urls_are_refused_even_with_a_wildcard_list(url: str, w
 
 
 def test_loopback_is_allowed_only_when_listed() -> None:
-    assert check_callback_url("http://127.0.0.1:8080/x/", ["127.0.0.1"]).host == "127.0.0.1"
-    assert check_callback_url("http://localhost:8080/x/", ["localhost"]).host == "localhost"
+    assert check_callback_url("http://127.0.0.1:8080/x/", ["127.0.0.1:8080"]).host == "127.0.0.1"
+    assert check_callback_url("http://localhost:8080/x/", ["localhost:*"]).host == "localhost"
     with pytest.raises(SourceRefused, match="loopback"):
         check_callback_url("http://127.0.0.1/x/", ["*"])
     with pytest.raises(SourceRefused, match=r"127\.0\.0\.2.*loopback address"):
@@ -188,9 +188,14 @@ def _source(hosts: list[str], resolver: _Resolver) -> WikiPageSource:
     return WikiPageSource(allowed_hosts=hosts, max_bytes=100_000, timeout_s=5.0, client=client)
 
 
+def any_port(hosts: list[str]) -> list[str]:
+    """The same entries, each allowing any port (the test wikis listen on free ports)."""
+    return [f"{h}:*" for h in hosts]
+
+
 async def test_a_name_is_resolved_once_and_the_checked_address_is_the_one_connected(wiki: _Wiki) -> None:
     resolver = _Resolver({"wiki.internal": ["127.0.0.1"]})
-    source = _source(["wiki.internal"], resolver)
+    source = _source(any_port(["wiki.internal"]), resolver)
     page = await source.fetch(page_id=7, callback_url=f"http://wiki.internal:{wiki.port}{PATH}")
     assert page is not None and page.page_id == 7
     assert resolver.lookups == ["wiki.internal"]
@@ -199,7 +204,7 @@ async def test_a_name_is_resolved_once_and_the_checked_address_is_the_one_connec
 
 async def test_a_wildcard_name_resolving_to_loopback_is_refused_before_connecting(wiki: _Wiki) -> None:
     resolver = _Resolver({"rebind.wiki.test": ["127.0.0.1"]})
-    source = _source(["*.wiki.test"], resolver)
+    source = _source(any_port(["*.wiki.test"]), resolver)
     with pytest.raises(SourceRefused, match=r"resolves to 127\.0\.0\.1.*loopback") as caught:
         await source.fetch(page_id=7, callback_url=f"http://rebind.wiki.test:{wiki.port}{PATH}")
     assert not is_retryable(caught.value)  # the worker dead-letters it with this reason, no retry storm
@@ -209,7 +214,7 @@ async def test_a_wildcard_name_resolving_to_loopback_is_refused_before_connectin
 async def test_a_listed_name_resolving_to_the_metadata_service_is_refused(wiki: _Wiki) -> None:
     resolver = _Resolver({"wiki.internal": ["169.254.169.254"]})
     with pytest.raises(SourceRefused, match="link-local"):
-        await _source(["wiki.internal"], resolver).fetch(
+        await _source(any_port(["wiki.internal"]), resolver).fetch(
             page_id=7, callback_url=f"http://wiki.internal:{wiki.port}{PATH}"
         )
 
@@ -217,7 +222,7 @@ async def test_a_listed_name_resolving_to_the_metadata_service_is_refused(wiki: 
 async def test_one_bad_address_among_several_refuses_the_name(wiki: _Wiki) -> None:
     resolver = _Resolver({"www.wiki.test": ["93.184.216.34", "10.0.0.1"]})
     with pytest.raises(SourceRefused, match="private"):
-        await _source(["*.wiki.test"], resolver).fetch(
+        await _source(any_port(["*.wiki.test"]), resolver).fetch(
             page_id=7, callback_url=f"http://www.wiki.test:{wiki.port}{PATH}"
         )
 
@@ -225,7 +230,7 @@ async def test_one_bad_address_among_several_refuses_the_name(wiki: _Wiki) -> No
 async def test_a_redirect_to_an_allowed_name_on_a_forbidden_address_is_refused(wiki: _Wiki) -> None:
     resolver = _Resolver({"wiki.internal": ["127.0.0.1"], "cdn.wiki.test": ["169.254.169.254"]})
     wiki.redirect_to = f"http://cdn.wiki.test:{wiki.port}/p/7"
-    source = _source(["wiki.internal", "*.wiki.test"], resolver)
+    source = _source(any_port(["wiki.internal", "*.wiki.test"]), resolver)
     with pytest.raises(SourceRefused, match="link-local"):
         await source.fetch(page_id=7, callback_url=f"http://wiki.internal:{wiki.port}{PATH}")
     assert len(wiki.hosts) == 1  # the first hop only
@@ -235,7 +240,7 @@ async def test_a_redirect_to_another_host_is_refused_before_contacting_it(wiki: 
     resolver = _Resolver({"wiki.internal": ["127.0.0.1"]})
     wiki.redirect_to = "http://2130706433/latest"
     with pytest.raises(SourceRefused, match="dotted-decimal"):
-        await _source(["wiki.internal", "*"], resolver).fetch(
+        await _source(any_port(["wiki.internal", "*"]), resolver).fetch(
             page_id=7, callback_url=f"http://wiki.internal:{wiki.port}{PATH}"
         )
     assert resolver.lookups == ["wiki.internal"]
@@ -253,7 +258,7 @@ async def test_an_unresolvable_name_is_a_retryable_connect_error() -> None:
 
 
 def test_check_url_reports_how_the_host_matched() -> None:
-    allow = AllowList.from_entries(["wiki.test", "*.kolzchut.org.il", "127.0.0.1"])
+    allow = AllowList.from_entries(["wiki.test", "*.kolzchut.org.il", "127.0.0.1:*"])
     assert check_url("https://wiki.test/x", allow)[1] == "exact"
     assert check_url("https://www.kolzchut.org.il/x", allow)[1] == "wildcard"
     assert check_url("http://127.0.0.1:9/x", allow)[1] == "address"
@@ -288,7 +293,7 @@ def test_the_worker_dead_letters_a_fetch_to_a_forbidden_address(
         definition=cast(Any, None),
         embedders={},
         store=cast(SearchStore, store),
-        source=_source(hosts, resolver),
+        source=_source(any_port(hosts), resolver),
         jobs=cast(JobStore, jobs),
         events=cast(EventPublisher, FakeEvents()),
         metrics=worker_metrics(CollectorRegistry()),
@@ -359,11 +364,10 @@ async def test_tls_over_the_pinned_address_verifies_the_name_not_the_address(
     try:
         client_context = ssl.create_default_context(cafile=str(cert))
         resolver = _Resolver({"wiki.internal": ["127.0.0.1"]})
-        transport = PinnedTransport(
-            allowed_hosts=["wiki.internal"], resolve=resolver, ssl_context=client_context
-        )
+        allowed = [f"wiki.internal:{server.port}"]
+        transport = PinnedTransport(allowed_hosts=allowed, resolve=resolver, ssl_context=client_context)
         source = WikiPageSource(
-            allowed_hosts=["wiki.internal"],
+            allowed_hosts=allowed,
             max_bytes=100_000,
             timeout_s=5.0,
             client=httpx.AsyncClient(transport=transport),
@@ -373,3 +377,50 @@ async def test_tls_over_the_pinned_address_verifies_the_name_not_the_address(
         assert server.hosts == [f"wiki.internal:{server.port}"]
     finally:
         server.close()
+
+
+# -- ports: an entry without one allows only the scheme's default (issue 28 item 11) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts"),
+    [
+        ("http://127.0.0.1:6379/", ["127.0.0.1"]),  # Redis next to an allowed wiki
+        ("http://localhost:9200/", ["localhost"]),
+        ("https://wiki.test:8443/x", ["wiki.test"]),
+        ("http://wiki.test:443/x", ["wiki.test"]),  # 443 is https's default, not http's
+        ("http://www.kolzchut.org.il:8080/x", ["*.kolzchut.org.il"]),
+        ("http://10.1.2.3:22/x", ["10.0.0.0/8"]),
+        ("http://127.0.0.1:6379/", ["127.0.0.1:8480"]),
+        ("http://[::1]:6379/", ["[::1]:8480"]),
+    ],
+)
+def test_a_port_not_listed_is_refused_naming_the_entry_to_add(url: str, hosts: list[str]) -> None:
+    with pytest.raises(SourceRefused, match=r"port \d+ is not allowed.*add '.+:\d+' to"):
+        check_callback_url(url, hosts)
+
+
+def test_listed_ports_and_default_ports_are_allowed() -> None:
+    assert check_callback_url("http://127.0.0.1/x", ["127.0.0.1"]).port is None
+    assert check_callback_url("https://wiki.test/x", ["wiki.test"]).host == "wiki.test"
+    assert check_callback_url("http://127.0.0.1:8480/x", ["127.0.0.1:8480"]).port == 8480
+    assert check_callback_url("http://[::1]:8480/x", ["[::1]:8480"]).port == 8480
+    assert check_callback_url("http://wiki.test:8080/x", ["wiki.test", "wiki.test:8080"]).port == 8080
+    assert check_callback_url("http://wiki.test:31337/x", ["wiki.test:*"]).port == 31337
+
+
+def test_an_entry_with_a_bad_port_is_refused_as_configuration() -> None:
+    from ragbot.settings import IngestSettings
+
+    for entry in ("wiki.test:0", "wiki.test:65536", "wiki.test:http"):
+        with pytest.raises(ValueError, match="port must be a number"):
+            IngestSettings(allowed_callback_hosts=[entry])
+
+
+async def test_the_transport_refuses_a_port_the_list_does_not_name() -> None:
+    resolver = _Resolver({"wiki.internal": ["127.0.0.1"]})
+    client = httpx.AsyncClient(transport=PinnedTransport(allowed_hosts=["wiki.internal"], resolve=resolver))
+    async with client:
+        with pytest.raises(SourceRefused, match="port 6379 is not allowed"):
+            await client.get("http://wiki.internal:6379/")
+    assert resolver.lookups == [], "refused before resolving or connecting"

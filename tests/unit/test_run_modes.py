@@ -36,7 +36,7 @@ def run_script(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
 
 def modes(module: ModuleType, tmp_path: Path) -> tuple[str | None, str | None]:
     get_chat_settings.cache_clear()
-    env = module.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1")
+    env = module.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
     return env.get("RAGBOT_CHAT_DEFAULT_MODE"), env.get("RAGBOT_CHAT_KOLZCHUT_MODE")
 
 
@@ -53,3 +53,30 @@ def test_a_configured_mode_or_another_llm_is_left_alone(
     monkeypatch.delenv("RAGBOT_CHAT_DEFAULT_MODE")
     monkeypatch.setenv("RAGBOT_CHAT_LLM_BACKEND", "ollama")
     assert modes(run_script, tmp_path) == (None, None)
+
+
+def test_make_run_indexes_with_the_client_key_and_says_why_it_cannot_without_one(
+    run_script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from support.auth import KEYS, auth_settings, ingest_app
+    from support.chat_fakes import serve_app
+
+    from ragbot.dev.servers import LocalWiki
+    from ragbot.settings import get_client_settings
+
+    pages = [{"page_id": 7, "title": "Leave", "content": "Paid leave is 12 days."}]
+    wiki = LocalWiki(pages).start()
+    try:
+        with serve_app(ingest_app(auth_settings())) as url:
+            monkeypatch.delenv("RAGBOT_CLIENT_API_KEY", raising=False)
+            get_client_settings.cache_clear()
+            with pytest.raises(run_script.Refused, match="401"):
+                run_script.index_samples(ingest_url=url, wiki=wiki, pages=pages)
+            # A key is sent once set: a key without the ingest scope is refused as such (403, not 401).
+            monkeypatch.setenv("RAGBOT_CLIENT_API_KEY", KEYS["kzchatbot"][0])
+            get_client_settings.cache_clear()
+            with pytest.raises(run_script.Refused, match=r"403.*ingest"):
+                run_script.index_samples(ingest_url=url, wiki=wiki, pages=pages)
+    finally:
+        wiki.stop()
+        get_client_settings.cache_clear()

@@ -1,12 +1,16 @@
-"""``python -m ragbot_chat``: serve the chat service with uvicorn on the configured host and port."""
+"""``python -m ragbot_chat``: serve the chat service (``ragbot.http.server``) on its host and port."""
 
 from __future__ import annotations
 
-import uvicorn
-
+from ragbot.http.server import serve
 from ragbot.observability.logging import configure_logging
 from ragbot.observability.tracing import configure_tracing
-from ragbot.settings import get_chat_settings, get_observability_settings, get_tracing_settings
+from ragbot.settings import (
+    get_chat_settings,
+    get_http_settings,
+    get_observability_settings,
+    get_tracing_settings,
+)
 from ragbot_chat.app import SERVICE, create_app
 
 
@@ -16,9 +20,7 @@ def main() -> None:
     configure_logging(service=SERVICE, level=observability.log_level, json_lines=observability.log_json)
     configure_tracing(service=SERVICE, settings=get_tracing_settings())
     settings = get_chat_settings()
-    # proxy_headers=False: X-Forwarded-For is trusted by ragbot.http.auth (RAGBOT_AUTH_TRUSTED_PROXIES)
-    # alone, never rewritten into the peer address by uvicorn.
-    uvicorn.run(create_app(), host=settings.host, port=settings.port, log_config=None, proxy_headers=False)
+    serve(create_app(), host=settings.host, port=settings.port, settings=get_http_settings())
 
 
 if __name__ == "__main__":

@@ -29,7 +29,14 @@ from ragbot.messaging.redis import build_redis
 from ragbot.observability.tracing import traced_llm
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
-from ragbot.settings import AuthSettings, ChatSettings, RedisSettings, get_chat_settings, get_redis_settings
+from ragbot.settings import (
+    AuthSettings,
+    ChatSettings,
+    HttpSettings,
+    RedisSettings,
+    get_chat_settings,
+    get_redis_settings,
+)
 from ragbot_chat import kolzchut_pages, widget
 from ragbot_chat.deps import Resources
 from ragbot_chat.mcp_server import ChatMcp
@@ -120,8 +127,14 @@ def default_resources() -> AbstractAsyncContextManager[Resources]:
     return build_resources(settings=get_chat_settings(), redis_settings=get_redis_settings())
 
 
-def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings | None = None) -> FastAPI:
-    """The chat app; ``resources`` and ``auth`` replace the composition root and the auth settings."""
+def create_app(
+    *,
+    resources: ResourcesFactory | None = None,
+    auth: AuthSettings | None = None,
+    http: HttpSettings | None = None,
+) -> FastAPI:
+    """The chat app; ``resources``, ``auth`` and ``http`` replace the composition root, the auth settings
+    and the hosts and header limits."""
     mcp = ChatMcp(version=package_version(SERVICE))
     app = create_service_app(
         service=SERVICE,
@@ -135,6 +148,7 @@ def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings 
         json_exempt_prefixes=(widget.PREFIX,),  # the widget answers bad bodies in Hebrew, its protocol
         route_auth=route_auth,
         auth=auth,
+        http=http,
         lifespans=(mcp.running,),
     )
     mcp.mount(app)

@@ -14,6 +14,7 @@ from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.sessions import ChatStore
 from ragbot.http.app import app_resources
+from ragbot.http.auth import Principal, owner_of
 from ragbot.ports import ChatModel
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings
@@ -40,3 +41,20 @@ def get_resources(request: Request) -> Resources:
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
+
+
+def caller(request: Request) -> Principal:
+    """Who is calling, as the route's auth dependency (which runs first) recognised it."""
+    principal = getattr(request.state, "principal", None)
+    if isinstance(principal, Principal):
+        return principal
+    return Principal(name="anonymous", scopes=frozenset(), method="disabled")
+
+
+def caller_owner(request: Request) -> str:
+    """What owns the conversations this caller opens (``ragbot.http.auth.owner_of``)."""
+    return owner_of(caller(request))
+
+
+CallerDep = Annotated[Principal, Depends(caller)]
+OwnerDep = Annotated[str, Depends(caller_owner)]

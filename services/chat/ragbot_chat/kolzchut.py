@@ -7,7 +7,7 @@
 - ``GET|POST /get_config_metadata``   what the admin page may choose
 - ``POST /search/stream``             ``/search`` as SSE: ``sources``, ``token``s, ``done`` or ``error``
 - ``POST /clean_redis_history``       the admin page's danger zone: every stored conversation deleted
-- ``GET /ping/{redis,llm_manager,es_docker}``   the admin page's health lights (200 or 503)
+- ``GET /ping/{redis,llm_manager,es_docker}``   the admin page's health lights (200 or 503): ``pings``
 
 The pages that call them (``/admin.html``, ``/index.html``, ``/batch-runner.html``) are
 ``kolzchut_pages``.
@@ -17,10 +17,9 @@ Field names are KZChatbot's exactly; the widget (``widget.py``) answers through 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -43,8 +42,6 @@ from ragbot.chat.kolzchut import (
     HistoryCleaned,
     KolZchutConfig,
     KolZchutConfigIn,
-    PingResult,
-    PingService,
     RatingRequest,
     SearchRequest,
     StreamDone,
@@ -55,13 +52,14 @@ from ragbot.chat.kolzchut import (
     rating_from_query,
 )
 from ragbot.chat.sessions import new_id
-from ragbot.errors import DependencyUnavailable, RagbotError, ValidationFailed
+from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.http.limits import rate_limit
 from ragbot.http.responses import ErrorBody
 from ragbot.http.streams import sse_frame
 from ragbot.prompts import detect_language
 from ragbot.schemas.limits import MAX_PAGE_ID
-from ragbot_chat.deps import Resources, ResourcesDep
+from ragbot_chat.deps import OwnerDep, Resources, ResourcesDep
+from ragbot_chat.pings import add_ping_routes
 from ragbot_chat.service import (
     LIMITED_RESPONSES,
     collect,
@@ -199,7 +197,7 @@ def search_payload(
 
 
 async def kolzchut_search(
-    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
+    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None, owner: str | None = None
 ) -> tuple[int, dict[str, Any]]:
     """Answer KZChatbot's ``/search``: (status code, body) with exactly its field names."""
     started = time.perf_counter()
@@ -218,6 +216,7 @@ async def kolzchut_search(
                 session_id=None,
                 asked_from=asked_from,
                 forwarded_for=forwarded_for,
+                owner=owner,
             )
         )
     finally:
@@ -236,7 +235,7 @@ async def kolzchut_search(
 
 
 async def kolzchut_search_stream(
-    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None
+    *, res: Resources, body: SearchRequest, forwarded_for: str | None = None, owner: str | None = None
 ) -> tuple[AsyncIterator[bytes], Slot]:
     """``/search/stream``: the same turn as ``/search`` as typed SSE events, and the LLM slot it holds."""
     started = time.perf_counter()
@@ -252,6 +251,7 @@ async def kolzchut_search_stream(
         session_id=None,
         asked_from=asked_from,
         forwarded_for=forwarded_for,
+        owner=owner,
     )
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -302,12 +302,13 @@ async def kolzchut_search_stream(
     return chunks(), slot
 
 
-async def kolzchut_rate(*, res: Resources, body: RatingRequest) -> dict[str, Any]:
-    """Record a like/dislike on a conversation (404 for unknown ids: the extension shows the status).
+async def kolzchut_rate(*, res: Resources, body: RatingRequest, owner: str | None = None) -> dict[str, Any]:
+    """Record a like/dislike on a conversation of ``owner`` (404 for unknown ids and other callers'
+    conversations: the extension shows the status).
 
     A ``null`` the PHP sends for a field the user did not give keeps the stored value
     (``ragbot.chat.feedback.merge_feedback``); ``like: null`` with no text is the widget's withdraw."""
-    stored = await res.store.message(body.conversation_id)
+    stored = await res.store.message(body.conversation_id, owner=owner)
     rating, comment = merge_feedback(
         stored_rating=stored.rating,
         stored_comment=stored.comment,
@@ -316,7 +317,12 @@ async def kolzchut_rate(*, res: Resources, body: RatingRequest) -> dict[str, Any
         text=body.free_text,
     )
     record = await record_feedback(
-        res=res, message_id=body.conversation_id, rating=rating, comment=comment, channel="kolzchut"
+        res=res,
+        message_id=body.conversation_id,
+        rating=rating,
+        comment=comment,
+        channel="kolzchut",
+        owner=owner,
     )
     like = None if record.rating is None else record.rating == "up"
     return {"conversation_id": body.conversation_id, "like": like, "free_text": record.comment}
@@ -339,31 +345,6 @@ async def clean_history(*, res: Resources) -> HistoryCleaned:
     return HistoryCleaned(sessions=sessions, messages=messages)
 
 
-PING_TIMEOUT_S = 5.0
-PINGS: dict[PingService, tuple[str, Callable[[Resources], Awaitable[bool]]]] = {
-    "redis": ("Redis (conversations and the config)", lambda res: res.store.ping()),
-    "llm_manager": ("the LLM", lambda res: res.llm.ping()),
-    "es_docker": ("the search store, through the retriever", lambda res: res.retriever.ping_store()),
-}
-
-
-async def ping_service(*, res: Resources, service: PingService) -> PingResult:
-    """Whether one dependency answers within ``PING_TIMEOUT_S``, and how long it took."""
-    what, check = PINGS[service]
-    started = time.perf_counter()
-    try:
-        alive = await asyncio.wait_for(check(res), timeout=PING_TIMEOUT_S)
-        detail = f"{what} answered" if alive else f"{what} is not answering"
-    except TimeoutError:
-        alive, detail = False, f"{what} did not answer within {PING_TIMEOUT_S:g} s"
-    except RagbotError as exc:
-        alive, detail = False, f"{what}: {exc}"
-    if service == "llm_manager":
-        detail = f"{detail} ({res.llm.backend}, {res.llm.model})"
-    elapsed = round((time.perf_counter() - started) * 1000.0, 2)
-    return PingResult(service=service, status="ok" if alive else "down", detail=detail, elapsed_ms=elapsed)
-
-
 async def kolzchut_models_version(*, res: Resources) -> list[str]:
     """Human-readable versions of the models behind the answers; element 0 is the summary shown."""
     config = await res.configs.get()
@@ -384,11 +365,12 @@ async def search(
     body: SearchRequest,
     res: ResourcesDep,
     http_request: Request,
+    owner: OwnerDep,
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> Response:
     """KZChatbot's question: ``{gpt_result, docs, conversation_id}`` (plus debug fields when asked)."""
     answered = await unless_disconnected(
-        kolzchut_search(res=res, body=body, forwarded_for=first_forwarded(forwarded_for)),
+        kolzchut_search(res=res, body=body, forwarded_for=first_forwarded(forwarded_for), owner=owner),
         disconnected=http_request.is_disconnected,
     )
     if answered is None:
@@ -412,11 +394,12 @@ async def search(
 async def search_stream(
     body: SearchRequest,
     res: ResourcesDep,
+    owner: OwnerDep,
     forwarded_for: Annotated[str | None, Header(alias="X-Forwarded-For")] = None,
 ) -> StreamingResponse:
     """The testing page's streamed question: ``/search``'s turn as typed events (``done`` is its body)."""
     chunks, slot = await kolzchut_search_stream(
-        res=res, body=body, forwarded_for=first_forwarded(forwarded_for)
+        res=res, body=body, forwarded_for=first_forwarded(forwarded_for), owner=owner
     )
     return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
 
@@ -424,6 +407,7 @@ async def search_stream(
 @router.post("/rating", responses={404: {"model": ErrorBody, "description": "no such conversation_id"}})
 async def rating(
     res: ResourcesDep,
+    owner: OwnerDep,
     body: RatingRequest | None = None,
     thread_id: str | None = Query(default=None, max_length=200, description="the conversation (query form)"),
     conversation_id: str | None = Query(default=None, max_length=200, description="thread_id's other name"),
@@ -436,7 +420,7 @@ async def rating(
         body = rating_from_query(
             thread_id=thread_id, conversation_id=conversation_id, score=score, free_text=free_text
         )
-    return await kolzchut_rate(res=res, body=body)
+    return await kolzchut_rate(res=res, body=body, owner=owner)
 
 
 @router.post("/clean_redis_history", response_model=HistoryCleaned)
@@ -445,24 +429,7 @@ async def clean_redis_history(res: ResourcesDep) -> HistoryCleaned:
     return await clean_history(res=res)
 
 
-def _ping_route(service: PingService) -> Callable[[Resources], Awaitable[JSONResponse]]:
-    async def ping(res: ResourcesDep) -> JSONResponse:
-        result = await ping_service(res=res, service=service)
-        return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.status == "ok" else 503)
-
-    ping.__doc__ = f"Whether {PINGS[service][0]} answers: 200, or 503 when it does not."
-    return ping
-
-
-for _service in PINGS:
-    router.add_api_route(
-        f"/ping/{_service}",
-        _ping_route(_service),
-        methods=["GET"],
-        response_model=PingResult,
-        responses={503: {"model": PingResult, "description": "the dependency is not answering"}},
-        name=f"ping_{_service}",
-    )
+add_ping_routes(router)
 
 
 @router.get("/get_config", response_model=KolZchutConfig)

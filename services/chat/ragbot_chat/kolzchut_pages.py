@@ -82,7 +82,7 @@ def _page_route(filename: str) -> Callable[..., Any]:
         headers = page_headers(filename)
         try:
             need = RouteAuth(scope="admin")
-            authenticate(request, need=need, bearer=bearer, api_key=api_key, basic=basic, token=None)
+            await authenticate(request, need=need, bearer=bearer, api_key=api_key, basic=basic, token=None)
         except (Unauthenticated, Forbidden) as exc:
             return signin.signin_page(  # styled from /ui/static: the UI's own policy
                 scope="admin",

@@ -60,7 +60,7 @@ class ScopeGuard:
             return
         request = Request(scope, receive)
         try:
-            authenticate(
+            await authenticate(
                 request,
                 need=self.need,
                 bearer=await bearer_scheme(request),

@@ -4,6 +4,10 @@
 - ``GET  /v1/sessions/{id}``            the conversation and its stored turns
 - ``POST /v1/sessions/{id}/messages``   SSE ``sources``, ``token``s, then ``done`` or ``error``
 - ``POST /v1/messages/{id}/feedback``   thumbs up or down, with an optional comment
+
+A conversation and its answers belong to the caller that opened it (``ragbot.chat.sessions``): any other
+caller gets 404. These four routes are also all the open chat page's guests may call; a guest gets no
+``debug``, and its conversations and ratings count against a per-address limit (``guest``).
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ from ragbot.chat.schemas import (
     Usage,
 )
 from ragbot.chat.sessions import new_id
-from ragbot.http.limits import rate_limit
+from ragbot.errors import Forbidden
+from ragbot.http.auth import owner_of
+from ragbot.http.limits import RATE_LIMITED, guest_limit, rate_limit
 from ragbot.http.streams import event_stream_response
 from ragbot.prompts import Language, detect_language
-from ragbot_chat.deps import Resources, ResourcesDep
+from ragbot_chat.deps import CallerDep, OwnerDep, Resources, ResourcesDep
 from ragbot_chat.service import (
     LIMITED_RESPONSES,
     collect_while_connected,
@@ -61,24 +67,25 @@ def resolve_language(choice: LanguageChoice, question: str) -> Language:
     return detect_language(question) if choice == "auto" else choice
 
 
-async def open_session(*, res: Resources, body: SessionCreate) -> SessionInfo:
-    """Open a conversation so follow-ups keep their context."""
+async def open_session(*, res: Resources, body: SessionCreate, owner: str) -> SessionInfo:
+    """Open a conversation of ``owner`` so follow-ups keep their context."""
     return await res.store.create_session(
         mode=body.mode or res.settings.default_mode,
         language=body.language or res.settings.default_language,
+        owner=owner,
     )
 
 
-async def show_session(*, res: Resources, session_id: str) -> SessionView:
-    """Show a conversation and its stored turns (404 once expired)."""
-    return await res.store.view(session_id)
+async def show_session(*, res: Resources, session_id: str, owner: str) -> SessionView:
+    """Show a conversation and its stored turns (404 once expired, or to another caller)."""
+    return await res.store.view(session_id, owner=owner)
 
 
 async def start_message(
-    *, res: Resources, session_id: str, body: MessageCreate
+    *, res: Resources, session_id: str, body: MessageCreate, owner: str
 ) -> tuple[str, ChatRequest, SessionInfo]:
-    """Validate a question against its session before any byte of the answer is sent."""
-    session = await res.store.session(session_id)
+    """Validate a question against its session (``owner``'s) before any byte of the answer is sent."""
+    session = await res.store.session(session_id, owner=owner)
     question = res.pipeline.check_question(body.question)
     turns = await res.store.turns(session_id, last=res.settings.history_turns)
     request = ChatRequest(
@@ -91,10 +98,10 @@ async def start_message(
     return new_id(), request, session
 
 
-async def give_feedback(*, res: Resources, message_id: str, body: FeedbackCreate) -> FeedbackView:
-    """Record thumbs up/down on an answer (404 for unknown ids)."""
+async def give_feedback(*, res: Resources, message_id: str, body: FeedbackCreate, owner: str) -> FeedbackView:
+    """Record thumbs up/down on an answer (404 for unknown ids and other callers' answers)."""
     record = await record_feedback(
-        res=res, message_id=message_id, rating=body.rating, comment=body.comment, channel="api"
+        res=res, message_id=message_id, rating=body.rating, comment=body.comment, channel="api", owner=owner
     )
     return FeedbackView(message_id=record.message_id, rating=record.rating, comment=record.comment)
 
@@ -182,16 +189,24 @@ def answer_response(
 # -- routes ------------------------------------------------------------------------------------------
 
 
-@router.post("/sessions", response_model=SessionInfo, status_code=201)
-async def create_session(res: ResourcesDep, body: SessionCreate | None = None) -> SessionInfo:
+@router.post(
+    "/sessions",
+    response_model=SessionInfo,
+    status_code=201,
+    responses=RATE_LIMITED,
+    dependencies=[guest_limit()],
+)
+async def create_session(
+    res: ResourcesDep, owner: OwnerDep, body: SessionCreate | None = None
+) -> SessionInfo:
     """Start a conversation (mode and language default from settings)."""
-    return await open_session(res=res, body=body or SessionCreate())
+    return await open_session(res=res, body=body or SessionCreate(), owner=owner)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionView)
-async def get_session(session_id: str, res: ResourcesDep) -> SessionView:
-    """A conversation with its stored turns."""
-    return await show_session(res=res, session_id=session_id)
+async def get_session(session_id: str, res: ResourcesDep, owner: OwnerDep) -> SessionView:
+    """A conversation with its stored turns (the caller's own)."""
+    return await show_session(res=res, session_id=session_id, owner=owner)
 
 
 @router.post(
@@ -211,15 +226,23 @@ async def post_message(
     body: MessageCreate,
     res: ResourcesDep,
     http_request: Request,
+    who: CallerDep,
     stream: bool = Query(default=True, description="false: one JSON body instead of Server-Sent Events"),
-    debug: bool = Query(default=False, description="include retrieval and rewrite debug in `sources`"),
+    debug: bool = Query(
+        default=False, description="include retrieval and rewrite debug in `sources` (not for guests)"
+    ),
 ) -> Response:
     """Ask a question: SSE ``sources``, ``token``s, then ``done`` or ``error`` (or JSON with stream=false)."""
-    message_id, request, session = await start_message(res=res, session_id=session_id, body=body)
+    if debug and who.method == "guest":
+        raise Forbidden("debug shows internal settings: a guest of the open chat page cannot ask for it")
+    owner = owner_of(who)
+    message_id, request, session = await start_message(res=res, session_id=session_id, body=body, owner=owner)
     slot = await res.admission.acquire(
         needs_llm=request.mode != "quote"
     )  # LLMBusy (503 + Retry-After) before any byte is sent
-    events = run_and_store(res=res, request=request, message_id=message_id, session_id=session.session_id)
+    events = run_and_store(
+        res=res, request=request, message_id=message_id, session_id=session.session_id, owner=owner
+    )
     if stream:
         chunks = sse_stream(events, message_id=message_id, session_id=session_id, include_debug=debug)
         return event_stream(chunks, every_s=res.settings.sse_ping_s, on_close=slot.release)
@@ -237,7 +260,14 @@ async def post_message(
     return JSONResponse(answer.model_dump(mode="json"))
 
 
-@router.post("/messages/{message_id}/feedback", response_model=FeedbackView)
-async def post_feedback(message_id: str, body: FeedbackCreate, res: ResourcesDep) -> FeedbackView:
-    """Thumbs up or down on an answer, with an optional comment (null withdraws the rating)."""
-    return await give_feedback(res=res, message_id=message_id, body=body)
+@router.post(
+    "/messages/{message_id}/feedback",
+    response_model=FeedbackView,
+    responses=RATE_LIMITED,
+    dependencies=[guest_limit()],
+)
+async def post_feedback(
+    message_id: str, body: FeedbackCreate, res: ResourcesDep, owner: OwnerDep
+) -> FeedbackView:
+    """Thumbs up or down on one of the caller's answers, with an optional comment (null withdraws it)."""
+    return await give_feedback(res=res, message_id=message_id, body=body, owner=owner)

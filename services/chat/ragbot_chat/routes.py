@@ -14,6 +14,8 @@ the streaming ones frame them with ``sse``. The health routes come from ``ragbot
 Scopes (``route_auth``): ``admin`` for ``/set_config``, ``/clean_redis_history``, ``/v1/feedback`` and
 the UI's ``/ui/api/*`` proxies, ``chat`` for everything else (the Kol-Zchut reads ``/get_config``...
 included: KZChatbot's server calls them with its chat key); the pages themselves sign in (``ui``).
+The open chat page's guests get exactly the calls that page makes (``GUEST_ROUTES``: open a
+conversation, read it, ask in it, rate its answers), on their own conversations only.
 """
 
 from __future__ import annotations
@@ -27,10 +29,21 @@ from ragbot_chat import feedback, kolzchut, native, openai_compat
 ROUTERS: tuple[APIRouter, ...] = (native.router, openai_compat.router, kolzchut.router, feedback.router)
 ADMIN_PATHS = frozenset({"/set_config", "/clean_redis_history", "/v1/feedback"})
 ADMIN_PREFIX = "/ui/api/"
+# What the chat page (static/js/chat.js) calls, and so all a guest of the open chat page may call.
+GUEST_ROUTES = frozenset(
+    {
+        ("POST", "/v1/sessions"),
+        ("GET", "/v1/sessions/{session_id}"),
+        ("POST", "/v1/sessions/{session_id}/messages"),
+        ("POST", "/v1/messages/{message_id}/feedback"),
+    }
+)
 
 
 def route_auth(route: APIRoute) -> RouteAuth:
-    """The scope a chat route needs."""
+    """The scope a chat route needs, and whether the chat page's guests may use it."""
     if route.path in ADMIN_PATHS or route.path.startswith(ADMIN_PREFIX):
         return RouteAuth(scope="admin")
-    return RouteAuth(scope="chat")
+    methods = route.methods or set()
+    guest = bool(methods) and all((m, route.path) in GUEST_ROUTES for m in methods)
+    return RouteAuth(scope="chat", guest=guest)

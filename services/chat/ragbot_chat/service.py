@@ -41,8 +41,10 @@ async def run_and_store(
     session_id: str | None,
     asked_from: str | None = None,
     forwarded_for: str | None = None,
+    owner: str | None = None,
 ) -> AsyncIterator[ChatEvent]:
-    """The pipeline's events; the turn and the message are stored just before ``done`` is passed on."""
+    """The pipeline's events; the turn and the message (of ``owner``) are stored just before ``done``
+    is passed on."""
     rewritten: str | None = None
     async for event in res.pipeline.run(request):
         if isinstance(event, SourcesEvent):
@@ -58,6 +60,7 @@ async def run_and_store(
                     rewritten=rewritten,
                     asked_from=asked_from,
                     forwarded_for=forwarded_for,
+                    owner=owner,
                 )
             except DependencyUnavailable as exc:  # the answer is still worth delivering
                 logger.warning("answer not stored", extra={"message_id": message_id, "error": str(exc)})
@@ -74,6 +77,7 @@ async def store_answer(
     rewritten: str | None,
     asked_from: str | None,
     forwarded_for: str | None = None,
+    owner: str | None = None,
 ) -> None:
     """Keep the answer for feedback, and the turn in its session for follow-ups."""
     stamp = now_iso()
@@ -95,6 +99,7 @@ async def store_answer(
             cited_page_ids=cited_pages,
             cited_sources=sources,
             created_at=stamp,
+            owner=owner,
         )
     )
     if session_id is not None:
@@ -114,10 +119,17 @@ async def store_answer(
 
 
 async def record_feedback(
-    *, res: Resources, message_id: str, rating: Rating | None, comment: str | None, channel: str
+    *,
+    res: Resources,
+    message_id: str,
+    rating: Rating | None,
+    comment: str | None,
+    channel: str,
+    owner: str | None = None,
 ) -> MessageRecord:
-    """Store feedback on the answer and keep it in the review log, which outlives the answer's record."""
-    record = await res.store.set_feedback(message_id, rating=rating, comment=comment)
+    """Store feedback on the answer (``owner``'s only) and keep it in the review log, which outlives the
+    answer's record."""
+    record = await res.store.set_feedback(message_id, rating=rating, comment=comment, owner=owner)
     res.pipeline.metrics.feedback.labels(channel, rating or "none").inc()
     await res.feedback.keep(record)
     return record

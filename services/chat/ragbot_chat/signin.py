@@ -1,5 +1,6 @@
 """The web UI's sign-in: pages that need a scope answer a sign-in form until the browser holds a session
-cookie for a key with it; the chat page follows ``RAGBOT_AUTH_CHAT_PAGE`` (open: a guest session).
+cookie for a key with it; the chat page follows ``RAGBOT_AUTH_CHAT_PAGE`` (open: a guest session, which
+may only open, ask and rate in its own conversations). Signing out ends the session in Redis at once.
 Pages and form are rendered in the reader's language (``ragbot_chat.i18n``)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ragbot.errors import Forbidden, Unauthenticated
-from ragbot.http.auth import GUEST, RouteAuth, auth_state, authenticate
+from ragbot.http.auth import RouteAuth, auth_state, authenticate
 from ragbot.settings import AuthScope, UiSettings, get_ui_settings
 from ragbot_chat import i18n
 
@@ -40,18 +41,21 @@ def signin_page(
     )
 
 
-def page_or_signin(
+async def page_or_signin(
     request: Request, *, path: Path, scope: AuthScope, headers: dict[str, str], lang: i18n.UiLanguage
 ) -> Response:
     """The page (in ``lang``) when the browser may use ``scope`` (session cookie or trusted network), else
-    the form; the chat page under the ``open`` policy hands out a guest session instead."""
+    the form; the chat page under the ``open`` policy hands out a guest session instead (a guest that
+    comes back keeps its own, and so its conversations)."""
     state = auth_state(request)
     page = HTMLResponse(i18n.page(path, lang), headers=headers)
+    chat_page = scope == "chat" and state.sessions.guest_allowed
     try:
-        authenticate(request, need=RouteAuth(scope=scope), bearer=None, api_key=None, basic=None, token=None)
+        need = RouteAuth(scope=scope, guest=chat_page)
+        await authenticate(request, need=need, bearer=None, api_key=None, basic=None, token=None)
     except (Unauthenticated, Forbidden) as exc:
-        if scope == "chat" and state.sessions.guest_allowed:
-            state.sessions.start(page, name=GUEST)
+        if chat_page:
+            await state.sessions.start(request, page, name=None)
             return page
         # No credential: a sentence in the reader's language; a key without the scope: the server's reason.
         message = i18n.catalogue(lang)["signin.needs_key"] if isinstance(exc, Unauthenticated) else str(exc)
@@ -75,13 +79,13 @@ async def signin(request: Request, ui_settings: UiSettingsDep) -> Response:
         message = i18n.catalogue(lang)["signin.wrong_key"]
         return signin_page(scope="admin", next_path=next_path, message=message, headers={}, lang=lang)
     response = RedirectResponse(next_path, status_code=303)
-    state.sessions.start(response, name=principal.name)
+    await state.sessions.start(request, response, name=principal.name)
     return response
 
 
 @router.post("/ui/signout")
 async def signout(request: Request) -> Response:
-    """Forget the browser's session."""
+    """End the browser's session: in Redis at once (the old cookie opens nothing), and its cookies."""
     response = RedirectResponse("/", status_code=303)
-    auth_state(request).sessions.end(response)
+    await auth_state(request).sessions.end(request, response)
     return response

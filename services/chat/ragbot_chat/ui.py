@@ -133,7 +133,7 @@ def _page_route(filename: str, scope: AuthScope) -> Callable[..., Any]:
         lang = i18n.choose_language(request, ui_settings)
         headers = {**PAGE_HEADERS, "Vary": "Accept-Language, Cookie"}  # a cache keeps each language apart
         path = STATIC_DIR / filename
-        return signin.page_or_signin(request, path=path, scope=scope, headers=headers, lang=lang)
+        return await signin.page_or_signin(request, path=path, scope=scope, headers=headers, lang=lang)
 
     page.__doc__ = f"The web UI page {filename} (or the sign-in form)."
     return page

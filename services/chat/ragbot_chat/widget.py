@@ -49,7 +49,7 @@ from ragbot.errors import (
     Unauthenticated,
     ValidationFailed,
 )
-from ragbot.http.auth import include_scoped
+from ragbot.http.auth import authenticate_first, include_scoped
 from ragbot.http.limits import rate_limit
 from ragbot.observability.http import retry_after_headers
 from ragbot_chat.deps import Resources, ResourcesDep
@@ -225,6 +225,11 @@ class _WidgetRoute(APIRoute):
             except (WidgetError, RequestValidationError, RagbotError, HTTPException) as exc:
                 if isinstance(exc, HTTPException) and exc.status_code != 400:
                     raise
+                if isinstance(exc, RequestValidationError | HTTPException):
+                    try:  # a body refused before the credentials were read: those come first
+                        await authenticate_first(request)
+                    except (Unauthenticated, Forbidden) as refused:
+                        exc = refused
                 status, message = _refusal(exc, not_found=self.not_found)
                 log = logger.error if status >= 500 else logger.info
                 log(

@@ -1,7 +1,8 @@
 """``python -m ragbot_embedder``: the Celery worker plus its metrics server (multiprocess mode).
 
 Order matters: logging first, then the Prometheus multiprocess directory is wiped and enabled
-before any metric exists, then the metrics server starts (queue depth and dead letters sampled from
+before any metric exists, then the metrics server starts (its ``/metrics`` needs the ``metrics`` scope,
+as on the HTTP services) (queue depth and dead letters sampled from
 Redis at scrape time), then Celery runs the worker on the configured queue: the solo pool for
 ``concurrency == 1`` (models load once, in this process), prefork with that many children otherwise.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 from celery import signals
 
+from ragbot.http.auth import Authenticator, refusal
 from ragbot.messaging.jobs import JobStore
 from ragbot.messaging.queue import queue_keys
 from ragbot.observability.logging import configure_logging
@@ -26,7 +28,12 @@ from ragbot.observability.metrics import (
     scrape_registry,
     start_metrics_server,
 )
-from ragbot.settings import get_observability_settings, get_redis_settings, get_worker_settings
+from ragbot.settings import (
+    get_auth_settings,
+    get_observability_settings,
+    get_redis_settings,
+    get_worker_settings,
+)
 
 logger = logging.getLogger("ragbot_embedder")
 
@@ -75,11 +82,14 @@ def main() -> None:
         dead_letter_key=JobStore.dead_letter_key_for(redis_settings.key_prefix),
         timeout_s=redis_settings.socket_timeout_s,
     )
+    # /metrics needs the metrics scope, as on the HTTP services (RAGBOT_AUTH_*).
+    authn = Authenticator(get_auth_settings())
     server = start_metrics_server(
         host=worker_settings.metrics_host,
         port=worker_settings.metrics_port,
         registry=scrape_registry(collector),
         ready=ready.is_set,
+        guard=lambda headers, peer: refusal(authn, scope="metrics", headers=headers, peer=peer),
     )
     logger.info(
         "metrics on http://%s:%s/metrics",

@@ -24,6 +24,7 @@ from ragbot.messaging.redis import build_redis
 from ragbot.ports import SearchStore
 from ragbot.settings import (
     AuthSettings,
+    HttpSettings,
     IngestSettings,
     ModelSettings,
     RedisSettings,
@@ -112,8 +113,14 @@ def route_auth(route: APIRoute) -> RouteAuth:
     return RouteAuth(scope="ingest", ping_token=route.path == PING_PATH)
 
 
-def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings | None = None) -> FastAPI:
-    """The ingest app; ``resources`` replaces the composition root and ``auth`` the auth settings (tests)."""
+def create_app(
+    *,
+    resources: ResourcesFactory | None = None,
+    auth: AuthSettings | None = None,
+    http: HttpSettings | None = None,
+) -> FastAPI:
+    """The ingest app; ``resources`` replaces the composition root, ``auth`` the auth settings and ``http``
+    the hosts and header limits (tests)."""
     return create_service_app(
         service=SERVICE,
         resources=resources or default_resources,
@@ -121,4 +128,5 @@ def create_app(*, resources: ResourcesFactory | None = None, auth: AuthSettings 
         routers=[routes.router, job_routes.router],
         route_auth=route_auth,
         auth=auth,
+        http=http,
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from ragbot.errors import (
     BodyTooLarge,
@@ -16,12 +16,13 @@ from ragbot.errors import (
     UploadsRefused,
     ValidationFailed,
 )
+from ragbot.http.app import public_url
 from ragbot.http.limits import RATE_LIMITED, rate_limit
 from ragbot.http.responses import ErrorBody
 from ragbot.messaging.reconcile import ReconcileRequest, guard_refusal
 from ragbot.messaging.reindex import ReindexRequest
 from ragbot.schemas.jobs import JobRecord, JobState
-from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID
+from ragbot.schemas.limits import MAX_OFFSET, MAX_PAGE_ID, positive_page_id
 from ragbot.schemas.pages import Page, PageChangedPing, PageState
 from ragbot_ingest import service
 from ragbot_ingest.deps import (
@@ -37,7 +38,12 @@ from ragbot_ingest.multipart import read_multipart
 
 router = APIRouter(prefix="/v1")
 
-PageId = Annotated[int, Path(ge=1, le=MAX_PAGE_ID, description="MediaWiki page id")]
+# Below 1: 422 saying page ids start at 1 (the schema still says minimum 1).
+PageId = Annotated[
+    int,
+    Path(le=MAX_PAGE_ID, description="MediaWiki page id (from 1)", json_schema_extra={"minimum": 1}),
+    AfterValidator(positive_page_id),
+]
 JobId = Annotated[str, Path(min_length=1, max_length=128, description="a job id from a 202 answer")]
 Offset = Annotated[
     int, Query(ge=0, le=MAX_OFFSET, description=f"where the window starts (at most {MAX_OFFSET})")
@@ -54,7 +60,7 @@ class Accepted(BaseModel):
 
 def accepted(request: Request, response: Response, record: JobRecord) -> Accepted:
     """The 202 body of a queued job, with ``Location`` at its status."""
-    url = str(request.url_for("get_job", job_id=record.job_id))
+    url = public_url(request, "get_job", job_id=record.job_id)
     response.headers["Location"] = url
     return Accepted(job_id=record.job_id, status=record.state, status_url=url)
 
@@ -267,7 +273,7 @@ async def upload_documents(
         return JSONResponse({"detail": detail}, status_code=422)
     documents = []
     for item in accepted:
-        url = str(request.url_for("get_job", job_id=item.record.job_id))
+        url = public_url(request, "get_job", job_id=item.record.job_id)
         documents.append(
             UploadedDocument(
                 filename=item.filename,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,20 +46,25 @@ CONFIG_FIELD_TYPES: Final = {
 }
 
 
+PROMPT_MAX_CHARS: Final = 20_000
+"""A prompt's longest accepted text: the shipped prompts are under 3,000 characters."""
+
+
 class KolZchutConfig(BaseModel):
-    """The chatbot configuration the Kol-Zchut admin page reads and writes (types are strict)."""
+    """The chatbot configuration the Kol-Zchut admin page reads and writes (types are strict, lengths
+    bounded: a 422 names the field over its limit)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
     version: int = 0
-    model: str = Field(min_length=1)
-    num_of_pages: int = Field(ge=1)
+    model: str = Field(min_length=1, max_length=200)
+    num_of_pages: int = Field(ge=1, le=100)
     add_current_page_to_search: bool
-    temperature: float
-    system_prompt: str = Field(min_length=1)
-    user_prompt: str = Field(min_length=1)
-    banned_fields: list[str] = Field(default_factory=list)
-    rephrase_prompt: str = Field(min_length=1)
+    temperature: float = Field(ge=0.0, le=2.0)
+    system_prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS)
+    user_prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS)
+    banned_fields: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=200)
+    rephrase_prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS)
 
 
 class KolZchutConfigIn(KolZchutConfig):

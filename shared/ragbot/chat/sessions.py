@@ -6,6 +6,11 @@ Keys (``p`` is the configured prefix):
 - ``p:chat:session:<id>:turns``  list of JSON turns, the newest ``max_turns`` kept; same TTL
 - ``p:chat:message:<id>``        JSON of one answer (question, answer, feedback); TTL ``message_ttl_s``
 
+A session and a message name their ``owner`` (the caller that opened them: a key's name, a guest's
+``guest:<id>``, a trusted network's ``network:<ip>``): read with another owner, they do not exist (404,
+the same answer as an unknown id, so ids cannot be probed). Records written before owners were kept
+have none and stay open to any caller.
+
 Every turn refreshes the session's TTL, so a conversation lives while it is used. Messages outlive
 sessions so that feedback and Kol-Zchut ratings can arrive later. ``clear_history`` deletes every
 session, turn list and message under the prefix (the Kol-Zchut admin page's danger zone). Redis errors become
@@ -54,6 +59,7 @@ class MessageRecord(BaseModel):
     rating: Rating | None = None
     comment: str | None = None
     feedback_at: str | None = None
+    owner: str | None = None
 
 
 class _SessionRecord(BaseModel):
@@ -62,6 +68,12 @@ class _SessionRecord(BaseModel):
     language: LanguageChoice
     created_at: str
     updated_at: str
+    owner: str | None = None
+
+
+def _owned_by(record_owner: str | None, caller: str | None) -> bool:
+    """True when ``caller`` may see a record of ``record_owner`` (None on either side: no check)."""
+    return record_owner is None or caller is None or record_owner == caller
 
 
 class ChatStore:
@@ -120,11 +132,13 @@ class ChatStore:
         messages = await redis_call("clear messages", lambda: sweep(f"{self.prefix}:chat:message:*"))
         return sum(1 for k in sessions if not k.endswith(":turns")), len(messages)
 
-    async def create_session(self, *, mode: Mode, language: LanguageChoice) -> SessionInfo:
-        """A new empty session."""
+    async def create_session(
+        self, *, mode: Mode, language: LanguageChoice, owner: str | None = None
+    ) -> SessionInfo:
+        """A new empty session of ``owner``."""
         stamp = now_iso()
         record = _SessionRecord(
-            session_id=new_id(), mode=mode, language=language, created_at=stamp, updated_at=stamp
+            session_id=new_id(), mode=mode, language=language, created_at=stamp, updated_at=stamp, owner=owner
         )
         await redis_call(
             "create session",
@@ -132,23 +146,24 @@ class ChatStore:
                 self._session_key(record.session_id), record.model_dump_json(), ex=self.session_ttl_s
             ),
         )
-        return SessionInfo(**record.model_dump(), expires_in_s=self.session_ttl_s)
+        return SessionInfo(**record.model_dump(exclude={"owner"}), expires_in_s=self.session_ttl_s)
 
-    async def _record(self, session_id: str) -> _SessionRecord:
+    async def _record(self, session_id: str, *, owner: str | None = None) -> _SessionRecord:
         raw = await redis_call("read session", lambda: self.client.get(self._session_key(session_id)))
-        if raw is None:
+        record = None if raw is None else _SessionRecord.model_validate_json(raw)
+        if record is None or not _owned_by(record.owner, owner):
             raise NotFound(f"session {session_id!r} does not exist or has expired")
-        return _SessionRecord.model_validate_json(raw)
+        return record
 
-    async def session(self, session_id: str) -> SessionInfo:
-        """The session (``NotFound`` when unknown or expired)."""
-        record = await self._record(session_id)
+    async def session(self, session_id: str, *, owner: str | None = None) -> SessionInfo:
+        """The session (``NotFound`` when unknown, expired, or another owner's)."""
+        record = await self._record(session_id, owner=owner)
         ttl = await redis_call("read session ttl", lambda: self.client.ttl(self._session_key(session_id)))
-        return SessionInfo(**record.model_dump(), expires_in_s=max(int(ttl), 0))
+        return SessionInfo(**record.model_dump(exclude={"owner"}), expires_in_s=max(int(ttl), 0))
 
-    async def view(self, session_id: str) -> SessionView:
+    async def view(self, session_id: str, *, owner: str | None = None) -> SessionView:
         """The session with its stored turns."""
-        info = await self.session(session_id)
+        info = await self.session(session_id, owner=owner)
         return SessionView(**info.model_dump(), turns=await self.turns(session_id))
 
     async def turns(self, session_id: str, *, last: int | None = None) -> list[Turn]:
@@ -192,17 +207,18 @@ class ChatStore:
             ),
         )
 
-    async def message(self, message_id: str) -> MessageRecord:
-        """A stored answer (``NotFound`` when unknown or expired)."""
+    async def message(self, message_id: str, *, owner: str | None = None) -> MessageRecord:
+        """A stored answer (``NotFound`` when unknown, expired, or another owner's)."""
         raw = await redis_call("read message", lambda: self.client.get(self._message_key(message_id)))
-        if raw is None:
+        record = None if raw is None else MessageRecord.model_validate_json(raw)
+        if record is None or not _owned_by(record.owner, owner):
             raise NotFound(f"message {message_id!r} does not exist or has expired")
-        return MessageRecord.model_validate_json(raw)
+        return record
 
     async def set_feedback(
-        self, message_id: str, *, rating: Rating | None, comment: str | None
+        self, message_id: str, *, rating: Rating | None, comment: str | None, owner: str | None = None
     ) -> MessageRecord:
-        """Record (or replace) the feedback on an answer, keeping its remaining lifetime."""
+        """Record (or replace) the feedback on an answer of ``owner``, keeping its remaining lifetime."""
         key = self._message_key(message_id)
 
         async def update() -> MessageRecord:
@@ -211,10 +227,10 @@ class ChatStore:
                     try:
                         await pipe.watch(key)
                         raw = await pipe.get(key)
-                        if raw is None:
+                        record = None if raw is None else MessageRecord.model_validate_json(raw)
+                        if record is None or not _owned_by(record.owner, owner):
                             raise NotFound(f"message {message_id!r} does not exist or has expired")
                         ttl = await pipe.ttl(key)
-                        record = MessageRecord.model_validate_json(raw)
                         record.rating, record.comment, record.feedback_at = rating, comment, now_iso()
                         pipe.multi()  # type: ignore[no-untyped-call]
                         pipe.set(

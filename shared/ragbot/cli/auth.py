@@ -1,4 +1,5 @@
-"""``ragbot auth hash-key``: a new random API key and the SHA-256 that ``RAGBOT_AUTH_KEYS`` stores."""
+"""``ragbot auth hash-key``: a new random API key and the SHA-256 that ``RAGBOT_AUTH_KEYS`` stores;
+``ragbot auth end-sessions``: end the web UI's signed-in sessions of a key (or all) in Redis, at once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import sys
 from typing import Any
 
 from ragbot.http.auth import new_key, sha256_hex
+from ragbot.http.auth.revocation import end_all_sessions, end_key_sessions
+from ragbot.messaging.redis import build_sync_redis
+from ragbot.settings import get_redis_settings
 
 
 def register(subparsers: Any) -> None:
@@ -29,6 +33,16 @@ def register(subparsers: Any) -> None:
     )
     hash_key.add_argument("--stdin", action="store_true", help="hash the key read from stdin")
     hash_key.set_defaults(handler=run_hash_key)
+    end = commands.add_parser(
+        "end-sessions",
+        help="end the web UI sessions signed in with a key (--name) or every one (--all), at once",
+        description="Deletes the sessions from Redis (RAGBOT_REDIS_URL, RAGBOT_REDIS_KEY_PREFIX): their "
+        "cookies open nothing from the next request on. Do it when a key is removed or leaked.",
+    )
+    who = end.add_mutually_exclusive_group(required=True)
+    who.add_argument("--name", help="the key's name (as in RAGBOT_AUTH_KEYS)")
+    who.add_argument("--all", action="store_true", help="every signed-in session")
+    end.set_defaults(handler=run_end_sessions)
 
 
 def run_hash_key(args: argparse.Namespace) -> int:
@@ -41,4 +55,20 @@ def run_hash_key(args: argparse.Namespace) -> int:
     if key:
         sys.stdout.write(f"key: {key}\n")
     sys.stdout.write(f"entry: {json.dumps(entry)}\n")
+    return 0
+
+
+def run_end_sessions(args: argparse.Namespace) -> int:
+    """End the sessions and say how many were live."""
+    settings = get_redis_settings()
+    client = build_sync_redis(url=settings.url, timeout_s=settings.socket_timeout_s)
+    try:
+        if args.all:
+            ended = end_all_sessions(client, prefix=settings.key_prefix)
+        else:
+            ended = end_key_sessions(client, prefix=settings.key_prefix, name=args.name)
+    finally:
+        client.close()
+    whose = "every key" if args.all else f"the key {args.name!r}"
+    sys.stdout.write(f"ended {ended} signed-in session(s) of {whose}\n")
     return 0

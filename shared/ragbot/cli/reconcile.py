@@ -95,7 +95,8 @@ def run_reconcile(args: argparse.Namespace) -> int:
         if result.get("job_id") is None or args.no_wait:
             return 0
         job_id = str(result["job_id"])
-        sys.stdout.write(f"reconcile job {job_id}: {result['status_url']}\n")
+        # A path when ingest has no RAGBOT_HTTP_PUBLIC_URL: shown against the URL called.
+        sys.stdout.write(f"reconcile job {job_id}: {client.base_url.join(result['status_url'])}\n")
         record = follow(
             lambda: _get_job(client, job_id),
             poll_s=args.poll,

@@ -65,7 +65,8 @@ def run_reindex(args: argparse.Namespace) -> int:
             return 2
         accepted = response.json()
         job_id = str(accepted["job_id"])
-        sys.stdout.write(f"reindex job {job_id}: {accepted['status_url']}\n")
+        # A path when ingest has no RAGBOT_HTTP_PUBLIC_URL: shown against the URL called.
+        sys.stdout.write(f"reindex job {job_id}: {client.base_url.join(accepted['status_url'])}\n")
         if args.no_wait:
             return 0
         record = follow(

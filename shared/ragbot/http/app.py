@@ -14,23 +14,36 @@ generated client turns into method names; ``tests/unit/test_openapi.py`` keeps t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
-from ragbot.errors import DependencyUnavailable
-from ragbot.http.auth import RouteRule, include_scoped, install_auth, require
+from ragbot.errors import DependencyUnavailable, RagbotError
+from ragbot.http.auth import RouteRule, authenticate_first, include_scoped, install_auth, require
 from ragbot.http.docs import install_docs
+from ragbot.http.head_guard import HeadGuardMiddleware, trusted_hosts
 from ragbot.http.json_guard import JsonGuardMiddleware
 from ragbot.http.limits import RateLimiter
 from ragbot.http.responses import document_error_responses
 from ragbot.observability.http import ReadinessCheck, setup_observability
 from ragbot.observability.tracing import instrument_app
-from ragbot.settings import AuthScope, AuthSettings, get_rate_limit_settings, get_redis_settings
+from ragbot.settings import (
+    AuthScope,
+    AuthSettings,
+    HttpSettings,
+    get_http_settings,
+    get_rate_limit_settings,
+    get_redis_settings,
+)
 
 R = TypeVar("R")
 AppLifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -61,11 +74,13 @@ def create_service_app(
     auth: AuthSettings | None = None,
     json_exempt_prefixes: Sequence[str] = (),
     lifespans: Sequence[AppLifespan] = (),
+    http: HttpSettings | None = None,
 ) -> FastAPI:
     """A FastAPI app titled ``ragbot <service>`` whose lifespan holds the resources; checks see them.
 
     Every router's routes get the scope ``route_auth`` gives them (``ragbot.http.auth``); ``/metrics``
-    needs ``metrics``; ``/healthz`` and ``/readyz`` stay open. ``auth`` replaces the environment's.
+    needs ``metrics``; ``/healthz`` and ``/readyz`` stay open. ``auth`` replaces the environment's, and
+    ``http`` (header count, trusted hosts: ``ragbot.http.head_guard``) too.
     """
 
     @asynccontextmanager
@@ -85,6 +100,7 @@ def create_service_app(
             if owned is not None:
                 app.state.rate_limiter = None
                 await owned.close()
+            await app.state.auth.close()
 
     app = FastAPI(
         title=f"ragbot {service}",
@@ -103,8 +119,18 @@ def create_service_app(
         return ready
 
     # Inside the observability middleware, so its refusals are counted and carry a request id.
-    app.add_middleware(JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes)
-    install_auth(app, auth)
+    app.add_middleware(
+        JsonGuardMiddleware, exempt_prefixes=json_exempt_prefixes, credentials_first=_refusal_before_body
+    )
+    head = http or get_http_settings()
+    app.state.public_base = head.base_url  # absolute URLs in answers start here (``public_url``)
+    app.add_middleware(
+        HeadGuardMiddleware,
+        max_headers=head.max_headers,
+        max_header_bytes=head.max_header_bytes,
+        hosts=trusted_hosts(public_url=head.public_url, extra=head.trusted_hosts),
+    )
+    install_auth(app, auth, service=service)
     setup_observability(
         app,
         service=service,
@@ -113,10 +139,57 @@ def create_service_app(
     )
     for router in routers:
         include_scoped(app, router, route_auth)
+    app.add_exception_handler(RequestValidationError, _validation_after_auth)
     document_error_responses(app)
     install_docs(app)
     instrument_app(app)  # outermost, so a span covers the whole exchange (a no-op with tracing off)
     return app
+
+
+def _route_for(routes: Iterable[BaseRoute], scope: Scope) -> Scope | None:
+    """The child scope (with ``route``) of the route that fully matches ``scope``, included routers
+    searched too."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            found = _route_for(inner.routes, scope)
+            if found is not None:
+                return found
+            continue
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            return child
+    return None
+
+
+async def _refusal_before_body(scope: Scope) -> Response | None:
+    """The 401/403 the matching route would answer this caller, before its body is judged (the JSON
+    guard); None when the caller may use the route or no route matches."""
+    app = scope.get("app")
+    child = _route_for(getattr(getattr(app, "router", None), "routes", []), scope)
+    if child is None:
+        return None
+    request = Request({**scope, **child})
+    try:
+        await authenticate_first(request)
+    except RagbotError as refused:
+        handler = request.app.exception_handlers[RagbotError]
+        answer: Response = await handler(request, refused)
+        return answer
+    return None
+
+
+async def _validation_after_auth(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422 for a body or parameter it refused, but only to a caller who may use the route:
+    anyone else gets the 401/403 its credentials earn (``authenticate_first``)."""
+    try:
+        await authenticate_first(request)
+    except RagbotError as refused:
+        handler = request.app.exception_handlers[RagbotError]
+        answer: Response = await handler(request, refused)
+        return answer
+    assert isinstance(exc, RequestValidationError)
+    return await request_validation_exception_handler(request, exc)
 
 
 def app_resources(request: Request, kind: type[R], *, starting: str, dependency: str) -> R:
@@ -125,3 +198,10 @@ def app_resources(request: Request, kind: type[R], *, starting: str, dependency:
     if resources is None:
         raise DependencyUnavailable(f"{starting} is still starting", dependency=dependency)
     return resources
+
+
+def public_url(request: Request, name: str, **params: str) -> str:
+    """The URL of the route called ``name``: ``RAGBOT_HTTP_PUBLIC_URL`` + its path, or the path alone when
+    no public URL is configured; never built from the request's ``Host``."""
+    base: str = getattr(request.app.state, "public_base", "")
+    return f"{base}{request.app.url_path_for(name, **params)}"

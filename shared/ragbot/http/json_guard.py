@@ -6,14 +6,15 @@ models and the stores. This ASGI middleware reads every body sent as ``applicati
 ``*/*+json``), refuses a bad one with the validation error shape every route already documents
 (``422 {"detail": [{"loc": ["body"], "msg": ..., "type": "json_invalid"}]}``, the message saying what to
 fix) or ``413`` over ``MAX_JSON_BODY_BYTES``, and hands a good one on unchanged. Routes with a protocol
-of their own for bad bodies (the Kol-Zchut widget's Hebrew 400s) are exempted by path prefix.
+of their own for bad bodies (the Kol-Zchut widget's Hebrew 400s) are exempted by path prefix. A caller
+the route would refuse gets that refusal (401/403) instead of the body's problem (``credentials_first``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragbot.schemas.limits import MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH
@@ -42,8 +43,10 @@ class JsonGuardMiddleware:
         max_depth: int = MAX_JSON_DEPTH,
         max_bytes: int = MAX_JSON_BODY_BYTES,
         exempt_prefixes: Sequence[str] = (),
+        credentials_first: Callable[[Scope], Awaitable[Response | None]] | None = None,
     ) -> None:
         self.app = app
+        self.credentials_first = credentials_first
         self.exempt_prefixes = tuple(exempt_prefixes)
         self.max_depth = max_depth
         self.max_bytes = max_bytes
@@ -68,7 +71,7 @@ class JsonGuardMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                response = JSONResponse(
+                response = await self._refusal(scope) or JSONResponse(
                     {"detail": f"the JSON body is over the {self.max_bytes}-byte limit: send less"},
                     status_code=413,
                 )
@@ -80,7 +83,8 @@ class JsonGuardMiddleware:
         problem = json_problem(body, max_depth=self.max_depth) if body else None
         if problem is not None:
             detail = [{"loc": ["body"], "msg": problem, "type": "json_invalid"}]
-            await JSONResponse({"detail": detail}, status_code=422)(scope, receive, send)
+            response = await self._refusal(scope) or JSONResponse({"detail": detail}, status_code=422)
+            await response(scope, receive, send)
             return
         sent = False
 
@@ -92,3 +96,7 @@ class JsonGuardMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _refusal(self, scope: Scope) -> Response | None:
+        """The 401/403 the route gives this caller, if it would refuse them (None: it would not)."""
+        return await self.credentials_first(scope) if self.credentials_first else None

@@ -41,9 +41,9 @@ from ragbot.settings import RateLimitSettings, RedisSettings
 
 logger = logging.getLogger(__name__)
 
-RouteGroup = Literal["chat", "search", "widget", "upload", "retrieve"]
+RouteGroup = Literal["chat", "search", "widget", "upload", "retrieve", "guest"]
 KeyKind = Literal["key", "address"]
-GROUPS: tuple[RouteGroup, ...] = ("chat", "search", "widget", "upload", "retrieve")
+GROUPS: tuple[RouteGroup, ...] = ("chat", "search", "widget", "upload", "retrieve", "guest")
 WARN_EVERY_S = 60.0
 STRATEGIES: dict[str, Callable[[RedisStorage | MemoryStorage], Strategy]] = {
     "moving-window": MovingWindowRateLimiter,
@@ -135,10 +135,12 @@ class RateLimiter:
                 socket_connect_timeout=settings.redis_timeout_s,
             )
         self.strategy = STRATEGIES[settings.strategy](self.storage)
+        # A group may count only one kind of caller (``guest``: addresses).
         self.limits: dict[tuple[RouteGroup, KeyKind], list[RateLimitItem]] = {
-            (group, kind): parse_many(getattr(settings, f"{group}_per_{kind}"))
+            (group, kind): parse_many(value)
             for group in GROUPS
             for kind in ("key", "address")
+            if (value := getattr(settings, f"{group}_per_{kind}", None)) is not None
         }
         self.metrics = rate_limit_metrics(registry)
         self._last_warning = -math.inf
@@ -157,9 +159,9 @@ class RateLimiter:
 
     async def hit(self, *, group: RouteGroup, kind: KeyKind, who: str) -> None:
         """Count one request of ``who``; ``RateLimited`` when a limit of its group is used up."""
-        if not self.enabled:
+        items = self.limits.get((group, kind))
+        if not self.enabled or not items:
             return
-        items = self.limits[(group, kind)]
         try:
             for item in items:
                 if not await self.strategy.hit(item, group, kind, who):
@@ -203,5 +205,17 @@ def rate_limit(group: RouteGroup) -> Any:
         limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
         if limiter is not None:
             await limiter.check(request, group)
+
+    return Depends(limited)
+
+
+def guest_limit() -> Any:
+    """A route-decorator dependency counting the open chat page's guests (per address) in ``guest``."""
+
+    async def limited(request: Request) -> None:
+        limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
+        principal = getattr(request.state, "principal", None)
+        if limiter is not None and getattr(principal, "method", None) == "guest":
+            await limiter.check(request, "guest")
 
     return Depends(limited)

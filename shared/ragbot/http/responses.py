@@ -2,8 +2,9 @@
 each service's OpenAPI in one place so clients (and Schemathesis) see every status a route may answer.
 
 FastAPI documents only the success response and, for routes with parameters, a 422 shaped as a list of
-validation issues. The services also answer 400 (a body that cannot be parsed), 401/403 (credentials,
-where keys are configured), 404 (an unknown id in the path), 413 (over a size cap), 422 (a field named
+validation issues. The services also answer 400 (a body that cannot be parsed, an unknown Host), 401/403
+(credentials, where keys are configured), 404 (an unknown id in the path), 413 (over a size cap), 431
+(too many or too large headers: ``ragbot.http.head_guard``, ``ragbot.http.server``), 422 (a field named
 in a list, or one message) and 503 (a dependency down, named in ``dependency``; 429 comes from the rate-
 limited routes themselves): ``document_error_responses`` adds those an operation does not declare
 itself, with the operation's own error body where it declares one (the Kol-Zchut widget's
@@ -53,10 +54,16 @@ _RETRY_AFTER = {
     "Retry-After": {"description": "seconds to wait before trying again", "schema": {"type": "integer"}}
 }
 COMMON_RESPONSES: dict[int, tuple[str, type[BaseModel], dict[str, Any]]] = {
-    400: ("the body could not be parsed: send what the operation's content type says", ErrorBody, {}),
+    400: (
+        "the body could not be parsed (send what the operation's content type says), or the Host header "
+        "is not one this service answers to",
+        ErrorBody,
+        {},
+    ),
     401: ("no credentials, or a key that is not configured (when keys are configured)", ErrorBody, {}),
     403: ("the key or network is not granted this operation's scope", ErrorBody, {}),
     413: ("the body or a part is over its size cap", ErrorBody, {}),
+    431: ("too many headers, or a request line and headers over their size cap", ErrorBody, {}),
     422: ("a field is missing or invalid: the detail names it", ValidationErrorBody, {}),
     503: ("a dependency is unavailable or busy: try again later", UnavailableBody, _RETRY_AFTER),
 }
@@ -112,12 +119,13 @@ def _ref(response: dict[str, Any]) -> str:
 
 
 def _own_error_ref(responses: dict[str, Any]) -> str | None:
-    """The error body an operation declares for itself (the widget's ``{message}``), if any: the
-    statuses added to it are answered with that body too."""
+    """The error body an operation declares for itself on a 4xx (the widget's ``{message}``), if any: the
+    statuses added to it are answered with that body too. A 5xx of its own (the ``/ping/*`` routes'
+    ``PingResult``) says nothing about how the auth layer refuses."""
     ours = {_REF.format(model=m.__name__) for m in MODELS} | {_REF.format(model="HTTPValidationError")}
     for status, response in responses.items():
         ref = _ref(response)
-        if status[:1] in {"4", "5"} and ref and ref not in ours:
+        if status[:1] == "4" and ref and ref not in ours:
             return ref
     return None
 

@@ -9,6 +9,7 @@ depth and the dead-letter count from Redis at scrape time. Every scrape also car
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -16,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -357,13 +358,24 @@ class RedisDepthCollector(Collector):
         yield dead
 
 
+MetricsGuard = Callable[[Mapping[str, str], "str | None"], "tuple[int, str] | None"]
+"""Given a scrape's headers and peer address: None to serve it, or (401/403, why) to refuse it."""
+
+
 class _MetricsHandler(BaseHTTPRequestHandler):
     registry: CollectorRegistry
     ready: Callable[[], bool]
+    guard: MetricsGuard | None
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
+            refused = self.guard(dict(self.headers.items()), self.client_address[0]) if self.guard else None
+            if refused is not None:
+                status, reason = refused
+                body = json.dumps({"detail": reason}).encode()
+                self._reply(status, body, "application/json", auth=status == 401)
+                return
             body, ctype = render(self.registry)
             self._reply(200, body, ctype)
         elif path == "/healthz":
@@ -375,8 +387,10 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         else:
             self._reply(404, b'{"detail":"Not Found"}', "application/json")
 
-    def _reply(self, status: int, body: bytes, ctype: str) -> None:
+    def _reply(self, status: int, body: bytes, ctype: str, *, auth: bool = False) -> None:
         self.send_response(status)
+        if auth:
+            self.send_header("WWW-Authenticate", 'Bearer realm="ragbot"')
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -387,10 +401,21 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
 
 def start_metrics_server(
-    *, host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool]
+    *,
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    guard: MetricsGuard | None = None,
 ) -> ThreadingHTTPServer:
-    """Serve /metrics, /healthz and /readyz from a daemon thread (processes without an HTTP app)."""
-    handler = type("MetricsHandler", (_MetricsHandler,), {"registry": registry, "ready": staticmethod(ready)})
+    """Serve /metrics (to whom ``guard`` lets through: the ``metrics`` scope), /healthz and /readyz from a
+    daemon thread (processes without an HTTP app)."""
+    attributes = {
+        "registry": registry,
+        "ready": staticmethod(ready),
+        "guard": staticmethod(guard) if guard else None,
+    }
+    handler = type("MetricsHandler", (_MetricsHandler,), attributes)
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="ragbot-metrics", daemon=True)

@@ -15,6 +15,7 @@ from ragbot.schemas.limits import (
     MAX_REVISION_ID,
     MAX_SUMMARY_CHARS,
     MAX_TITLE_CHARS,
+    positive_page_id,
 )
 from ragbot.text.clean import strip_unsafe
 
@@ -108,7 +109,7 @@ class Page(BaseModel):
     """The one internal shape of a page, whatever its source."""
 
     v: Literal[1] = 1
-    page_id: int = Field(ge=0, le=MAX_PAGE_ID)
+    page_id: int = Field(le=MAX_PAGE_ID, json_schema_extra={"minimum": 1})
     revision_id: int = Field(ge=0, le=MAX_REVISION_ID)
     revision_date: datetime | None = None
     title: str = Field(default="", max_length=MAX_TITLE_CHARS)
@@ -122,6 +123,11 @@ class Page(BaseModel):
         default=None, description="pre-split blocks (uploads); when absent, content is split"
     )
     extra: dict[str, Any] = Field(default_factory=dict, description="other saved fields by name")
+
+    @field_validator("page_id", mode="after")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        return positive_page_id(v)
 
     @field_validator("revision_date", mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from ragbot.settings.observability import TracingSettings as TracingSettings
 from ragbot.settings.retrieval import RetrieverSettings as RetrieverSettings
 from ragbot.settings.security import AuthSettings as AuthSettings
 from ragbot.settings.security import ClientSettings as ClientSettings
+from ragbot.settings.security import HttpSettings as HttpSettings
 from ragbot.settings.security import RateLimitSettings as RateLimitSettings
 from ragbot.settings.storage import RedisSettings as RedisSettings
 from ragbot.settings.storage import StoreSettings as StoreSettings
@@ -125,6 +126,12 @@ def get_auth_settings() -> AuthSettings:
 
 
 @lru_cache
+def get_http_settings() -> HttpSettings:
+    """What the HTTP services accept before routing (header limits, hosts, public URL), read once."""
+    return HttpSettings()
+
+
+@lru_cache
 def get_observability_settings() -> ObservabilitySettings:
     """Observability settings, read once per process."""
     return ObservabilitySettings()
@@ -160,6 +167,7 @@ def clear_settings_caches() -> None:
         get_observability_settings,
         get_tracing_settings,
         get_auth_settings,
+        get_http_settings,
         get_client_settings,
         get_ui_settings,
     ):

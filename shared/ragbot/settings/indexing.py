@@ -4,17 +4,43 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings
 
 from ragbot.settings.common import settings_config
+
+PortRule = int | Literal["default", "any"]
+"""The ports an allowed callback host may be reached on: one, any, or the scheme's default."""
+
+
+def split_port(entry: str) -> tuple[str, PortRule]:
+    """An allow-list entry's host part and port rule: ``host:8080`` -> (host, 8080), ``host:*`` -> any
+    port, ``host`` -> the scheme's default; bare IPv6 addresses (many colons) carry no port."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif entry.count(":") == 1:
+        host, port = entry.split(":")
+    else:
+        return entry, "default"
+    if not port:
+        return host, "default"
+    if port == "*":
+        return host, "any"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS entry {entry!r}: "
+            "the port must be a number from 1 to 65535, or *"
+        )
+    return host, int(port)
 
 
 class SourceSettings(BaseSettings):
     """Fetching wiki pages: the ingest service checks pings against it, the worker fetches with it."""
 
     model_config = settings_config("RAGBOT_INGEST_")
-    # Hosts a ping's callback_url may point at (no SSRF). "*" allows any (development only).
+    # Hosts a ping's callback_url may point at (no SSRF). "*" allows any (development only). An entry
+    # allows only the scheme's default port unless it names one ("wiki.internal:8080", "host:*").
     allowed_callback_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost"])
     max_page_bytes: int = 5 * 1024 * 1024
     fetch_timeout_s: float = 10.0
@@ -30,6 +56,13 @@ class SourceSettings(BaseSettings):
     reconcile_interval_s: float = Field(default=3600.0, ge=0.0)
     # Reconcile refuses (409) to remove more than this share of the indexed pages unless forced.
     reconcile_max_remove_share: float = Field(default=0.2, ge=0.0, le=1.0)
+
+    @field_validator("allowed_callback_hosts")
+    @classmethod
+    def _ports_are_valid(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            split_port(entry.strip().lower())
+        return entries
 
 
 class MediaWikiSettings(BaseSettings):

@@ -39,6 +39,9 @@ class RateLimitSettings(BaseSettings):
     # POST /v1/retrieve (the chat service calls it once per answer).
     retrieve_per_key: str = "1200/minute"
     retrieve_per_address: str = "600/minute"
+    # The open chat page's guests, per address: conversations opened and answers rated (their questions
+    # count under chat_per_address). Keys and networks are not counted here.
+    guest_per_address: str = "60/minute"
 
     @field_validator(
         "chat_per_key",
@@ -51,6 +54,7 @@ class RateLimitSettings(BaseSettings):
         "upload_per_address",
         "retrieve_per_key",
         "retrieve_per_address",
+        "guest_per_address",
     )
     @classmethod
     def _limits_string(cls, value: str) -> str:
@@ -88,6 +92,29 @@ class AuthSettings(BaseSettings):
     chat_page: Literal["open", "chat"] = "open"
     # Cookies only over HTTPS (set it when TLS ends at a reverse proxy in front of chat).
     cookie_secure: bool = False
+
+
+class HttpSettings(BaseSettings):
+    """What every HTTP service accepts before a route sees a request: the request head's size and header
+    count (431 beyond them), and the ``Host`` names it answers to (400 for others).
+
+    The hosts answered to are loopback (``localhost``, ``127.0.0.1``, ``::1``), the host of
+    ``public_url``, and ``trusted_hosts`` (names, ``*.domain`` wildcards, or ``*`` for any). Absolute
+    URLs in answers (ingest's ``Location`` and ``status_url``) are built from ``public_url`` (set it
+    per service), never from ``Host``; without it they are paths (``/v1/jobs/...``).
+    """
+
+    model_config = settings_config("RAGBOT_HTTP_")
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+/?$")
+    trusted_hosts: list[str] = Field(default_factory=list)
+    # The request line and every header together (uvicorn's h11 buffer), and how many headers.
+    max_header_bytes: int = Field(default=32 * 1024, ge=4096, le=1024 * 1024)
+    max_headers: int = Field(default=100, ge=16, le=1000)
+
+    @property
+    def base_url(self) -> str:
+        """``public_url`` without a trailing slash ("" when unset: absolute URLs become paths)."""
+        return (self.public_url or "").rstrip("/")
 
 
 class ClientSettings(BaseSettings):

@@ -2,8 +2,11 @@
 transport that connects only to the address it checked.
 
 Entries of ``RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS`` are host names (``wiki.example.org``), ``*.domain``
-wildcards, ``*`` (any host), IP addresses (``127.0.0.1``) or networks (``10.0.0.0/8``). A URL's host
-must match one; then every address the host stands for is checked:
+wildcards, ``*`` (any host), IP addresses (``127.0.0.1``) or networks (``10.0.0.0/8``), each optionally
+with a port (``wiki.example.org:8080``, ``[::1]:8480``, or ``:*`` for any port). Without a port an entry
+allows only the scheme's default port (80, 443), so a listed host's other services (Redis on 6379) stay
+out of reach. A URL's host and port must match one entry; then every address the host stands for is
+checked:
 
 - an address inside a listed address or network is allowed;
 - ``0.0.0.0``/``::``, multicast, link-local (``169.254.0.0/16``, the cloud metadata service, ``fe80::/10``)
@@ -23,6 +26,7 @@ connect (DNS rebinding).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import re
 import socket
@@ -35,6 +39,7 @@ import httpcore
 import httpx
 
 from ragbot.errors import SourceRefused
+from ragbot.settings.indexing import PortRule, split_port
 
 __all__ = ["AllowList", "PinnedTransport", "Resolver", "check_host", "check_url", "system_resolver"]
 
@@ -42,6 +47,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Match = Literal["exact", "wildcard", "address"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 SETTING = "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"
 # Hosts that every resolver reads as IPv4: dotted parts in decimal, octal or hex, one to four of them.
@@ -64,10 +70,24 @@ class AllowList:
     suffixes: tuple[str, ...]
     any_host: bool
     networks: tuple[IPNetwork, ...]
+    # Each entry alone with its port rule: which ports a host may be reached on.
+    ports: tuple[tuple[AllowList, PortRule], ...] = ()
 
     @classmethod
     def from_entries(cls, entries: Iterable[str]) -> AllowList:
         """Parse the setting's entries (case and a trailing dot do not matter)."""
+        hosts: list[str] = []
+        rules: list[tuple[AllowList, PortRule]] = []
+        for raw in entries:
+            host, port = split_port(raw.strip().lower())
+            host = host.rstrip(".")
+            if host:
+                hosts.append(host)
+                rules.append((cls._of_hosts([host]), port))
+        return dataclasses.replace(cls._of_hosts(hosts), ports=tuple(rules))
+
+    @classmethod
+    def _of_hosts(cls, entries: Iterable[str]) -> AllowList:
         names: set[str] = set()
         suffixes: list[str] = []
         networks: list[IPNetwork] = []
@@ -103,6 +123,17 @@ class AllowList:
         if self.any_host or any(host.endswith(s) for s in self.suffixes):
             return "wildcard"
         return None
+
+    def port_allowed(self, host: str, port: int, *, default_ports: Iterable[int]) -> bool:
+        """True when an entry that matches ``host`` allows ``port`` (an entry without a port allows
+        ``default_ports``: the scheme's)."""
+        defaults = set(default_ports)
+        for rule, allowed in self.ports:
+            if rule.match(host) is None:
+                continue
+            if allowed == "any" or allowed == port or (allowed == "default" and port in defaults):
+                return True
+        return False
 
     def covers(self, ip: IPAddress) -> bool:
         """True when a listed address or network holds ``ip``."""
@@ -148,7 +179,16 @@ def check_url(url: str, allow: AllowList) -> tuple[httpx.URL, Match]:
         raise SourceRefused("callback_url has no host")
     if parsed.userinfo:
         raise SourceRefused("callback_url must not carry credentials")
-    return parsed, check_host(host, allow)
+    match = check_host(host, allow)
+    default = DEFAULT_PORTS[parsed.scheme]
+    port = parsed.port or default
+    if not allow.port_allowed(host, port, default_ports=(default,)):
+        shown = f"[{host}]" if ":" in host else host
+        raise SourceRefused(
+            f"callback_url port {port} is not allowed for {host!r}: an entry without a port allows only "
+            f"{default}; add '{shown}:{port}' to {SETTING} to accept pings from that wiki"
+        )
+    return parsed, match
 
 
 def check_host(host: str, allow: AllowList) -> Match:
@@ -199,6 +239,8 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         """A stream to ``host``'s checked address (refused with ``SourceRefused`` before connecting)."""
         match = check_host(host, self.allow)
+        if not self.allow.port_allowed(host, port, default_ports=DEFAULT_PORTS.values()):
+            raise SourceRefused(f"callback_url port {port} is not allowed for {host!r} ({SETTING})")
         literal = _ip(host)
         if literal is not None:
             addresses: Sequence[str] = [str(literal)]

@@ -59,6 +59,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
   value: {{ .Values.elasticsearch.vectorSearch | quote }}
 - name: RAGBOT_DOCUMENT_DEFINITION
   value: {{ if .Values.definition }}/etc/ragbot/definition.json{{ else }}/app/config/definition.json{{ end }}
+{{- $fullname := include "ragbot.fullname" . }}
+- name: RAGBOT_HTTP_TRUSTED_HOSTS
+  value: {{ concat (list (printf "%s-ingest" $fullname) (printf "%s-retriever" $fullname) (printf "%s-chat" $fullname)) (.Values.http.trustedHosts | default list) | toJson | quote }}
 {{- range $name, $value := .Values.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
@@ -115,5 +118,24 @@ readinessProbe:
 - name: definition
   mountPath: /etc/ragbot
   readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Every worker's RAGBOT_MEDIAWIKI_* (any worker may run the poll the beat worker sends); none without apiUrl. */}}
+{{- define "ragbot.mediawikiEnv" -}}
+{{- with .Values.mediawiki }}
+{{- if .apiUrl }}
+- name: RAGBOT_MEDIAWIKI_API_URL
+  value: {{ .apiUrl | quote }}
+- name: RAGBOT_MEDIAWIKI_NAMESPACES
+  value: {{ .namespaces | toJson | quote }}
+- name: RAGBOT_MEDIAWIKI_POLL_INTERVAL_S
+  value: {{ .pollIntervalS | quote }}
+{{- if .user }}
+- name: RAGBOT_MEDIAWIKI_USER
+  value: {{ .user | quote }}
+{{ include "ragbot.secretEnv" (dict "root" $ "name" "RAGBOT_MEDIAWIKI_PASSWORD" "key" $.Values.secrets.keys.mediawikiPassword) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}

@@ -99,7 +99,7 @@ def _parse_one(upload: Upload, *, max_bytes: int) -> Page:
         upload.data,
         filename=upload.filename or key,
         max_bytes=max_bytes,
-        page_id=0,
+        page_id=1,  # a stand-in: the key's own id replaces it once every file of the request parsed
         revision_id=content_revision(digest),
         url=key,
         source="upload",

@@ -25,6 +25,7 @@ from ragbot.retrieval import (
 from ragbot.retrieval import strip_vector_fields as _strip
 from ragbot.retrieval.fusion import DEFAULT_RRF_K
 from ragbot.retrieval.fusion import reciprocal_rank_fusion as _rrf
+from ragbot.schemas.limits import positive_page_id
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, SearchMode
 from ragbot.settings import (
     ModelSettings,
@@ -320,7 +321,7 @@ class Engine:
             raise ValueError(
                 f"update_docs takes the paragraphs of one page; got {ident} values {sorted(pages)}"
             )
-        return pages.pop()
+        return positive_page_id(pages.pop())  # ValueError: page ids start at 1
 
     async def _update(
         self, page_id: int, docs: Sequence[Mapping[str, Any]], wanted: set[str] | None, delete_existing: bool

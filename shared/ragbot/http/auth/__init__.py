@@ -10,6 +10,7 @@ from ragbot.http.auth.credentials import (
     forwarded_client,
     new_key,
     parse_ip,
+    refusal,
     sha256_hex,
 )
 from ragbot.http.auth.dependency import (
@@ -19,9 +20,11 @@ from ragbot.http.auth.dependency import (
     RouteRule,
     auth_state,
     authenticate,
+    authenticate_first,
     client_ip,
     include_scoped,
     install_auth,
+    owner_of,
     require,
 )
 from ragbot.http.auth.session import CSRF_COOKIE, CSRF_HEADER, GUEST, SESSION_COOKIE, SessionCookies
@@ -40,12 +43,15 @@ __all__ = [
     "SessionCookies",
     "auth_state",
     "authenticate",
+    "authenticate_first",
     "client_ip",
     "forwarded_client",
     "include_scoped",
     "install_auth",
     "new_key",
+    "owner_of",
     "parse_ip",
+    "refusal",
     "require",
     "sha256_hex",
 ]

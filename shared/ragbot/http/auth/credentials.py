@@ -7,11 +7,12 @@ Nothing here keeps or logs a presented key: it is hashed at once and only the ke
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,14 +20,17 @@ from ragbot.settings import AUTH_SCOPES, AuthScope, AuthSettings
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-AuthMethod = Literal["bearer", "api_key", "basic", "ping_token", "session", "network", "disabled"]
+AuthMethod = Literal["bearer", "api_key", "basic", "ping_token", "session", "guest", "network", "disabled"]
 LOOPBACK: tuple[IPNetwork, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The caller a request was authenticated as: a key's name (or the network / session it came by),
-    the scopes it holds, and how it was recognised."""
+    the scopes it holds, and how it was recognised.
+
+    A guest of the open chat page (``method == "guest"``, name ``guest:<id>``) holds no scope: it is let
+    onto the few routes that admit guests (``RouteAuth.guest``) and nowhere else."""
 
     name: str
     scopes: frozenset[AuthScope]
@@ -138,3 +142,45 @@ class Authenticator:
         if not trusted:
             return None
         return Principal(name=f"network:{client or 'local'}", scopes=frozenset({scope}), method="network")
+
+
+def _from_headers(headers: Mapping[str, str]) -> tuple[str, AuthMethod] | None:
+    """The key a plain HTTP request carries: Bearer, X-API-Key, or HTTP Basic's password."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    authorization = lowered.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip(), "bearer"
+    if lowered.get("x-api-key"):
+        return lowered["x-api-key"], "api_key"
+    if scheme.lower() == "basic" and value.strip():
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        password = decoded.partition(":")[2]
+        return (password, "basic") if password else None
+    return None
+
+
+def refusal(
+    authn: Authenticator, *, scope: AuthScope, headers: Mapping[str, str], peer: str | None
+) -> tuple[int, str] | None:
+    """Why a request outside FastAPI (the worker's metrics port) may not use ``scope``: (401 or 403, the
+    reason), or None when it may. The same rules as ``require(scope)``: a key with the scope, or a
+    network trusted for it (loopback when nothing is configured)."""
+    if not authn.enabled:
+        return None
+    presented = _from_headers(headers)
+    if presented is not None:
+        principal = authn.by_key(presented[0], presented[1])
+        if principal is None:
+            if authn.by_network(peer, scope) is not None:
+                return None
+            return 401, f"the {presented[1]} credential matches no configured key"
+        if scope not in principal.scopes:
+            return 403, f"the key '{principal.name}' lacks the '{scope}' scope this route needs"
+        return None
+    if authn.by_network(peer, scope) is not None:
+        return None
+    return 401, f"this route needs the '{scope}' scope: send a key as 'Authorization: Bearer <key>'"

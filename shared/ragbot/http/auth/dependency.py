@@ -2,11 +2,13 @@
 on routers (never on a route's decorator) by ``include_scoped``.
 
 It sets ``request.state.client_ip`` (the real client after trusted proxies) and
-``request.state.principal`` (who the caller is), which the rate limiter keys on.
+``request.state.principal`` (who the caller is), which the rate limiter keys on and which owns the
+conversations it opens (``owner_of``).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +27,16 @@ from fastapi.security import (
 
 from ragbot.errors import Forbidden, Unauthenticated
 from ragbot.http.auth.credentials import Authenticator, Principal, forwarded_client
+from ragbot.http.auth.revocation import SessionRegistry
 from ragbot.http.auth.session import SessionCookies, csrf_ok
-from ragbot.settings import AUTH_SCOPES, AuthScope, AuthSettings, get_auth_settings
+from ragbot.settings import (
+    AUTH_SCOPES,
+    AuthScope,
+    AuthSettings,
+    RedisSettings,
+    get_auth_settings,
+    get_redis_settings,
+)
 
 logger = logging.getLogger("ragbot.http.auth")
 
@@ -59,28 +69,50 @@ Basic = Annotated[HTTPBasicCredentials | None, Security(basic_scheme)]
 PingToken = Annotated[str | None, Security(ping_token_scheme)]
 
 
+GUEST_REFUSED = (
+    "a guest of the open chat page may only open conversations, ask and rate in its own; this route needs "
+    "the '{scope}' scope: sign in or "
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RouteAuth:
-    """What a route needs: a scope, and whether a wiki's ping token also opens it."""
+    """What a route needs: a scope, whether a wiki's ping token also opens it, and whether the open chat
+    page's guests may use it (their own conversations only)."""
 
     scope: AuthScope
     ping_token: bool = False
+    guest: bool = False
 
 
 RouteRule = Callable[[APIRoute], RouteAuth | None]
 
 
 class AuthState:
-    """What the dependency reads from ``app.state.auth``: the authenticator and the UI's cookies."""
+    """What the dependency reads from ``app.state.auth``: the authenticator and the UI's cookies (bound
+    to ``service``), whose signed-in sessions live in the Redis of ``redis``."""
 
-    def __init__(self, settings: AuthSettings) -> None:
+    def __init__(self, settings: AuthSettings, *, service: str, redis: RedisSettings) -> None:
         self.authenticator = Authenticator(settings)
-        self.sessions = SessionCookies(settings)
+        self.registry = SessionRegistry(redis)
+        self.sessions = SessionCookies(settings, service=service, registry=self.registry)
+
+    async def close(self) -> None:
+        """Close the session registry's connections."""
+        await self.registry.close()
 
 
-def install_auth(app: FastAPI, settings: AuthSettings | None = None) -> AuthState:
+def install_auth(
+    app: FastAPI,
+    settings: AuthSettings | None = None,
+    *,
+    service: str = "",
+    redis: RedisSettings | None = None,
+) -> AuthState:
     """Compile the settings (default: the environment's) into ``app.state.auth``."""
-    state = AuthState(settings or get_auth_settings())
+    state = AuthState(
+        settings or get_auth_settings(), service=service or app.title, redis=redis or get_redis_settings()
+    )
     app.state.auth = state
     return state
 
@@ -111,7 +143,12 @@ def _presented(
     return None
 
 
-def authenticate(
+def owner_of(principal: Principal) -> str:
+    """Who owns what a caller opens (a conversation): its key's name, ``guest:<id>``, ``network:<ip>``."""
+    return principal.name
+
+
+async def authenticate(
     request: Request,
     *,
     need: RouteAuth,
@@ -125,7 +162,9 @@ def authenticate(
     authn = state.authenticator
     request.state.client_ip = client_ip(request, authn)
     if not authn.enabled:
-        return Principal(name="anonymous", scopes=frozenset(AUTH_SCOPES), method="disabled")
+        anyone = Principal(name="anonymous", scopes=frozenset(AUTH_SCOPES), method="disabled")
+        request.state.principal = anyone
+        return anyone
     principal: Principal | None = None
     presented = _presented(bearer, api_key, basic)
     if presented is not None:
@@ -139,14 +178,20 @@ def authenticate(
         if principal is None:
             raise Unauthenticated("the ping token (?token=) matches no configured ping token")
     elif (session := state.sessions.read(request)) is not None:
-        principal = state.sessions.principal(session, authn)
+        principal = await state.sessions.principal(session, authn)
         if principal is not None and not csrf_ok(request, session):
             raise Forbidden("a signed-in page must send its CSRF token in X-CSRF-Token on every write")
+        if principal is not None and principal.method == "guest" and not need.guest:
+            # A caller its network trusts with the scope keeps it, guest cookie or not.
+            principal = authn.by_network(request.state.client_ip, need.scope) or principal
     if principal is None:
         principal = authn.by_network(request.state.client_ip, need.scope)
         if principal is None:
             raise Unauthenticated(f"this route needs the '{need.scope}' scope: {WHAT_TO_SEND}")
-    if need.scope not in principal.scopes:
+    if principal.method == "guest":
+        if not need.guest:
+            raise Forbidden(GUEST_REFUSED.format(scope=need.scope) + WHAT_TO_SEND)
+    elif need.scope not in principal.scopes:
         raise Forbidden(
             f"the key '{principal.name}' lacks the '{need.scope}' scope this route needs; "
             f"use a key with it (it has: {', '.join(sorted(principal.scopes)) or 'none'})"
@@ -155,9 +200,10 @@ def authenticate(
     return principal
 
 
-def require(scope: AuthScope, *, ping_token: bool = False) -> params.Depends:
-    """The dependency for routes that need ``scope`` (and, for the ping route, accept a ping token)."""
-    need = RouteAuth(scope=scope, ping_token=ping_token)
+def require(scope: AuthScope, *, ping_token: bool = False, guest: bool = False) -> params.Depends:
+    """The dependency for routes that need ``scope`` (and, for the ping route, accept a ping token; for
+    the chat page's own calls, admit its guests)."""
+    need = RouteAuth(scope=scope, ping_token=ping_token, guest=guest)
 
     if ping_token:
 
@@ -168,16 +214,46 @@ def require(scope: AuthScope, *, ping_token: bool = False) -> params.Depends:
             basic: Basic,
             token: PingToken,
         ) -> Principal:
-            return authenticate(request, need=need, bearer=bearer, api_key=api_key, basic=basic, token=token)
+            return await authenticate(
+                request, need=need, bearer=bearer, api_key=api_key, basic=basic, token=token
+            )
 
         dep: params.Depends = Security(with_token)
         return dep
 
     async def with_key(request: Request, bearer: Bearer, api_key: ApiKey, basic: Basic) -> Principal:
-        return authenticate(request, need=need, bearer=bearer, api_key=api_key, basic=basic, token=None)
+        return await authenticate(request, need=need, bearer=bearer, api_key=api_key, basic=basic, token=None)
 
     plain: params.Depends = Security(with_key)
     return plain
+
+
+async def authenticate_first(request: Request) -> None:
+    """Raise the 401/403 the route's scope would, for a request FastAPI refused before its dependencies
+    ran (a body that is not JSON, a missing field): a caller without a credential learns nothing about
+    what a route accepts. Does nothing for open routes and for callers who may use the route."""
+    need = getattr(request.scope.get("route"), "ragbot_need", None)
+    if not isinstance(need, RouteAuth):
+        return
+    authorization = request.headers.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    bearer = basic = None
+    if scheme.lower() == "bearer" and value.strip():
+        bearer = HTTPAuthorizationCredentials(scheme="Bearer", credentials=value.strip())
+    elif scheme.lower() == "basic" and value.strip():
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            raise Unauthenticated(f"the basic credential cannot be read; {WHAT_TO_SEND}") from None
+        basic = HTTPBasicCredentials(username=user, password=password)
+    await authenticate(
+        request,
+        need=need,
+        bearer=bearer,
+        api_key=request.headers.get("x-api-key"),
+        basic=basic,
+        token=request.query_params.get("token") if need.ping_token else None,
+    )
 
 
 def include_scoped(target: FastAPI | APIRouter, router: APIRouter, rule: RouteRule | AuthScope) -> None:
@@ -192,11 +268,12 @@ def include_scoped(target: FastAPI | APIRouter, router: APIRouter, rule: RouteRu
             # Fail closed: a nested router or a plain route would otherwise be included unguarded.
             raise TypeError(f"include_scoped takes routers of API routes only, not {route!r}")
         need = rule(route) if callable(rule) else RouteAuth(scope=rule)
+        route.ragbot_need = need  # type: ignore[attr-defined]  # read by ``authenticate_first``
         groups.setdefault(need, APIRouter()).routes.append(route)
     deps: dict[RouteAuth, params.Depends] = {}
     for need, part in groups.items():
         if need is None:
             target.include_router(part)
             continue
-        dep = deps.setdefault(need, require(need.scope, ping_token=need.ping_token))
+        dep = deps.setdefault(need, require(need.scope, ping_token=need.ping_token, guest=need.guest))
         target.include_router(part, dependencies=[dep])
