@@ -15,7 +15,9 @@ MW_ADMIN_PASSWORD ?= ragbot-test-admin-password
 MW_BOT_APP ?= ragbot
 MW_BOT_PASSWORD ?= ragbottestbotpassword0123456789ab
 PYTEST_ARGS ?=
-LINT_PATHS ?= shared services tests $(wildcard scripts/*.py bench/*.py)
+LINT_PATHS ?= shared services tests bench $(wildcard scripts/*.py)
+# Redis, Elasticsearch, MediaWiki and the test tools without Docker (shared/ragbot/dev/services).
+SERVICES := $(UV) run python -m ragbot.dev.services
 export REDIS_PORT ES_PORT MW_PORT MW_ADMIN_USER MW_ADMIN_PASSWORD MW_BOT_APP MW_BOT_PASSWORD
 
 .PHONY: help setup deps run run-wiki test test-compose test-unit lint format openapi bench up up-cluster down services-up services-down \
@@ -31,7 +33,7 @@ setup: ## install uv if missing, then the whole workspace into .venv from uv.loc
 	@if [ -f uv.lock ]; then $(UV) sync --frozen; else $(UV) sync; fi
 
 deps: ## install Redis, curl, unzip, a JDK, promtool, chromium and chromedriver when missing (apt-get as root, else a message)
-	@bash scripts/services.sh deps
+	@$(SERVICES) deps
 
 run: setup ## start Redis and the four services locally, index the sample pages, print the URLs
 	$(UV) run python scripts/run.py
@@ -41,13 +43,13 @@ run-wiki: setup ## as run, but the pages come from a local MediaWiki (sample pag
 
 test: setup deps ## start real Redis + Elasticsearch + MediaWiki, run every test, stop what was started
 	@export RAGBOT_SERVICES_OWNER="make-test-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
-	trap 'bash scripts/services.sh down' EXIT; \
-	bash scripts/services.sh up; \
+	trap '$(SERVICES) down' EXIT; \
+	$(SERVICES) up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
 	RAGBOT_TEST_MEDIAWIKI_URL="http://127.0.0.1:$(MW_PORT)" \
 	RAGBOT_TEST_MEDIAWIKI_USER="$(MW_ADMIN_USER)" RAGBOT_TEST_MEDIAWIKI_PASSWORD="$(MW_ADMIN_PASSWORD)" \
 	RAGBOT_TEST_MEDIAWIKI_BOT_USER="$(MW_ADMIN_USER)@$(MW_BOT_APP)" RAGBOT_TEST_MEDIAWIKI_BOT_PASSWORD="$(MW_BOT_PASSWORD)" \
-	RAGBOT_TEST_MEDIAWIKI_CONFIG="$$(bash scripts/services.sh mw-config)" \
+	RAGBOT_TEST_MEDIAWIKI_CONFIG="$$($(SERVICES) mw-config)" \
 		$(UV) run pytest $(PYTEST_ARGS)
 
 test-compose: setup ## boot compose.yaml in Docker (local images, host network), smoke-test it, remove what it built
@@ -71,12 +73,12 @@ openapi: ## write the three services' OpenAPI documents to docs/openapi/ (tests/
 
 bench: setup deps ## run every benchmark with real Redis + Elasticsearch + MediaWiki; figures in bench/results/*.json
 	@export RAGBOT_SERVICES_OWNER="make-bench-$$$$" RAGBOT_SERVICES="redis es mediawiki"; \
-	trap 'bash scripts/services.sh down' EXIT; \
-	bash scripts/services.sh up; \
+	trap '$(SERVICES) down' EXIT; \
+	$(SERVICES) up; \
 	RAGBOT_TEST_REDIS_URL="redis://127.0.0.1:$(REDIS_PORT)/0" RAGBOT_TEST_ES_URL="http://127.0.0.1:$(ES_PORT)" \
 	RAGBOT_TEST_MEDIAWIKI_URL="http://127.0.0.1:$(MW_PORT)" \
 	RAGBOT_TEST_MEDIAWIKI_USER="$(MW_ADMIN_USER)" RAGBOT_TEST_MEDIAWIKI_PASSWORD="$(MW_ADMIN_PASSWORD)" \
-		$(UV) run python bench/run_all.py $(BENCH_ARGS)
+		$(UV) run python -m bench.run $(BENCH_ARGS)
 
 up: ## the production stack with Docker (set secrets in .env first; COMPOSE_PROFILES=gpu,ollama for more)
 	$(COMPOSE) up -d --build --wait
@@ -87,14 +89,14 @@ up-cluster: ## the production stack with a three-node Elasticsearch and two work
 down: ## stop the Docker stack (volumes are kept)
 	$(COMPOSE) down
 
-services-up: ## start Redis and Elasticsearch without Docker (scripts/services.sh)
-	@bash scripts/services.sh up
+services-up: ## start Redis and Elasticsearch without Docker (ragbot.dev.services)
+	@$(SERVICES) up
 
 services-down: ## stop what services-up started
-	@bash scripts/services.sh down
+	@$(SERVICES) down
 
 services-status: ## what answers on the Redis and Elasticsearch ports
-	@bash scripts/services.sh status
+	@$(SERVICES) status
 
 clean: ## remove caches and build outputs (keeps .venv, var/ data and downloaded services)
 	rm -rf .mypy_cache .ruff_cache .pytest_cache build dist shared/dist test-artifacts

@@ -11,7 +11,6 @@ Redis and Prometheus), build ragbot's four images, boot ``compose.yaml`` with
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
@@ -25,11 +24,13 @@ from typing import Any
 
 import yaml
 
+from ragbot.dev.services.docker_engine import DockerEngine
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ragbot"
 STATE = Path(os.environ.get("RAGBOT_COMPOSE_STATE", "/var/cache/ragbot/compose"))
-SOCKET = STATE / "run" / "docker.sock"
-COMPOSE_VERSION = "v2.40.3"
+# Debian's dockerd, private to this script (ragbot.dev.services.docker_engine): its own socket and data.
+ENGINE = DockerEngine(state_dir=STATE, cache_dir=CACHE)
 ES_VERSION = "8.19.21"
 PROJECT = "ragbot-compose-test"
 BASE = "ragbot-local/debian:bookworm"
@@ -67,94 +68,12 @@ def succeeds(*args: str) -> bool:
 
 def docker_env() -> dict[str, str]:
     """The environment that points docker and compose at the private engine."""
-    return {**os.environ, "DOCKER_HOST": f"unix://{SOCKET}", "DOCKER_BUILDKIT": "1"}
+    return ENGINE.env()
 
 
 def docker(*args: str, quiet: bool = False, check: bool = True) -> str:
     """Debian's docker client (the one in /usr/local/bin lacks the build and compose plugins)."""
     return run("/usr/bin/docker", *args, env=docker_env(), quiet=quiet, check=check)
-
-
-class Engine:
-    """Debian's dockerd, private to this script: its own socket and data, no bridge, no iptables."""
-
-    compose_binary = CACHE / "bin" / f"docker-compose-{COMPOSE_VERSION}"
-
-    def install(self) -> None:
-        """docker.io and debootstrap from Debian, compose v2 built from the Go module proxy once."""
-        if not Path("/usr/sbin/dockerd").exists() or not shutil.which("debootstrap"):
-            run("apt-get", "update", quiet=True)
-            run("apt-get", "install", "-y", "--no-install-recommends", "docker.io", "debootstrap", quiet=True)
-        if not self.compose_binary.exists():
-            log(f"building docker compose {COMPOSE_VERSION} (about 10 minutes, once)")
-            self._build_compose()
-
-    def _build_compose(self) -> None:
-        found = json.loads(
-            run("go", "mod", "download", "-json", f"github.com/docker/compose/v2@{COMPOSE_VERSION}")
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            source = Path(tmp) / "compose"
-            shutil.copytree(found["Dir"], source)
-            for path in source.rglob("*"):
-                path.chmod(path.stat().st_mode | 0o200)
-            self.compose_binary.parent.mkdir(parents=True, exist_ok=True)
-            flags = f"-s -w -X github.com/docker/compose/v2/internal.Version={COMPOSE_VERSION}"
-            subprocess.run(
-                ["go", "build", "-trimpath", "-ldflags", flags, "-o", str(self.compose_binary), "./cmd"],
-                cwd=source,
-                env={**os.environ, "CGO_ENABLED": "0"},
-                check=True,
-            )
-
-    def ready(self) -> bool:
-        """The engine answers on its socket."""
-        return SOCKET.exists() and succeeds("/usr/bin/docker", "info")
-
-    def start(self) -> None:
-        """dockerd with host networking only: no bridge, no NAT, no iptables rules (CONTAINERS.md)."""
-        if self.ready():
-            return
-        (STATE / "run").mkdir(parents=True, exist_ok=True)
-        (STATE / "data").mkdir(parents=True, exist_ok=True)
-        logfile = (STATE / "dockerd.log").open("ab")
-        subprocess.Popen(
-            [
-                "/usr/sbin/dockerd",
-                "--iptables=false",
-                "--ip-masq=false",
-                "--ip-forward=false",
-                "--bridge=none",
-                f"--host=unix://{SOCKET}",
-                f"--data-root={STATE / 'data'}",
-                f"--exec-root={STATE / 'run' / 'exec'}",
-                f"--pidfile={STATE / 'run' / 'dockerd.pid'}",
-            ],
-            stdout=logfile,
-            stderr=logfile,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while not self.ready():
-            if time.monotonic() > deadline:
-                raise SystemExit(f"dockerd did not answer within 60 s; see {STATE / 'dockerd.log'}")
-            time.sleep(0.5)
-        log("dockerd is up")
-
-    def stop(self) -> None:
-        """Stop dockerd and unmount what it leaves behind."""
-        pidfile = STATE / "run" / "dockerd.pid"
-        if pidfile.exists():
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 15)
-                deadline = time.monotonic() + 30
-                while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-                    time.sleep(0.5)
-        netns = STATE / "run" / "exec" / "netns" / "default"
-        if netns.exists():
-            run("umount", str(netns), quiet=True, check=False)
 
 
 # As Debian's official slim images: no documentation, manual pages or translations, apt leaves no caches.
@@ -219,7 +138,7 @@ class Bases:
                 if "elasticsearch" in image:
                     zip_path = CACHE / f"elasticsearch-{ES_VERSION}.zip"
                     if not zip_path.exists():
-                        run("bash", str(ROOT / "scripts" / "services.sh"), "es-env", quiet=True)
+                        run(sys.executable, "-m", "ragbot.dev.services", "es-env", quiet=True)
                     os.link(zip_path, Path(tmp) / zip_path.name)
                 docker("build", "-q", "--network=host", "--build-arg", f"BASE_IMAGE={BASE}", "-t", image, tmp)
 
@@ -304,7 +223,7 @@ class Stack:
     def command(self) -> list[str]:
         """The compose command line every caller (this script, tests/compose) uses."""
         return [
-            str(Engine.compose_binary),
+            str(ENGINE.compose_binary),
             "--project-directory",
             str(ROOT),
             "-f",
@@ -379,7 +298,7 @@ def smoke(stack: Stack) -> int:
     ).returncode
 
 
-def clean(stack: Stack, engine: Engine) -> None:
+def clean(stack: Stack, engine: DockerEngine) -> None:
     """Remove the stack, its volumes, ragbot's images and the build cache, then stop dockerd."""
     if engine.ready():
         run(
@@ -404,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=["all", "engine", "bases", "build", "up", "smoke", "down", "clean"])
     step = parser.parse_args(argv).step
-    engine, bases, stack = Engine(), Bases(), Stack()
+    engine, bases, stack = ENGINE, Bases(), Stack()
     if step in ("all", "engine", "bases", "build", "up"):
         engine.install()
         engine.start()

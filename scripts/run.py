@@ -1,7 +1,7 @@
 """``make run``: Redis if needed, the services as local processes, the sample pages indexed by pinging.
 
-Starts Redis through ``scripts/services.sh up`` on 6379 unless ``RAGBOT_REDIS_URL`` is set, then ingest,
-the embedder worker, the retriever and (when present) chat with the embedded store at
+Starts Redis through ``python -m ragbot.dev.services up`` on 6379 unless ``RAGBOT_REDIS_URL`` is set,
+then ingest, the embedder worker, the retriever and (when present) chat with the embedded store at
 ``var/ragbot.sqlite3``; waits for each health endpoint; serves ``samples/kolzchut/pages.jsonl`` from a
 local wiki on 127.0.0.1:8090 that answers like the content API; pings ingest for every sample page
 (the real ping path); waits until every job has ended; prints the URLs and an example query. Ctrl-C
@@ -70,8 +70,9 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def _services_sh(action: str, owner: str, *, services: str = "redis", **knobs: str) -> int:
-    """Run ``scripts/services.sh <action>`` for ``services`` (our Redis by default), tagged with our owner."""
+def _services(action: str, owner: str, *, services: str = "redis", **knobs: str) -> int:
+    """Run ``python -m ragbot.dev.services <action>`` for ``services`` (our Redis by default), tagged
+    with our owner."""
     env = {
         **os.environ,
         "RAGBOT_SERVICES": services,
@@ -80,7 +81,7 @@ def _services_sh(action: str, owner: str, *, services: str = "redis", **knobs: s
         **knobs,
     }
     return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "services.sh"), action], env=env, check=False
+        [sys.executable, "-m", "ragbot.dev.services", action], env=env, check=False
     ).returncode
 
 
@@ -90,25 +91,25 @@ def ensure_redis(owner: str) -> tuple[str, bool]:
     if url:
         say(f"redis: using RAGBOT_REDIS_URL={url}")
         return url, False
-    if _services_sh("up", owner) != 0:
+    if _services("up", owner) != 0:
         raise SystemExit("could not start Redis (see the message above), or set RAGBOT_REDIS_URL")
     return f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", True
 
 
 def stop_redis(owner: str) -> None:
-    """Stop the Redis this run started (services.sh only stops what carries our owner tag)."""
-    _services_sh("down", owner)
+    """Stop the Redis this run started (``down`` only stops what carries our owner tag)."""
+    _services("down", owner)
 
 
 def start_mediawiki(owner: str, wiki: LocalMediaWiki) -> None:
-    """Start the throwaway MediaWiki of scripts/services.sh (a fresh install unless one answers)."""
-    if _services_sh("up", owner, services="mediawiki", **wiki.knobs()) != 0:
+    """Start the throwaway MediaWiki of ragbot.dev.services (a fresh install unless one answers)."""
+    if _services("up", owner, services="mediawiki", **wiki.knobs()) != 0:
         raise SystemExit("could not start MediaWiki (see the message above)")
 
 
 def stop_mediawiki(owner: str, wiki: LocalMediaWiki) -> None:
-    """Stop the wiki this run started (services.sh only stops what carries our owner tag)."""
-    _services_sh("down", owner, services="mediawiki", **wiki.knobs())
+    """Stop the wiki this run started (``down`` only stops what carries our owner tag)."""
+    _services("down", owner, services="mediawiki", **wiki.knobs())
 
 
 def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Root test configuration: models load offline; integration tests get the real Redis, Elasticsearch and wiki.
 
-`make test` starts them (scripts/services.sh) and exports RAGBOT_TEST_REDIS_URL / RAGBOT_TEST_ES_URL /
+`make test` starts them (ragbot.dev.services) and exports RAGBOT_TEST_REDIS_URL / RAGBOT_TEST_ES_URL /
 RAGBOT_TEST_MEDIAWIKI_URL (with the wiki admin credentials and LocalSettings.php).
 A service that does not answer fails the tests that need it: never skip, never mock.
 """
@@ -8,14 +8,14 @@ A service that does not answer fails the tests that need it: never skip, never m
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 import redis
 from support.mediawiki import WikiSession
+
+from ragbot.dev.services import ServicesConfig
 
 # Tests never download models: the packaged ones are on disk, anything else is a bug.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -32,7 +32,7 @@ collect_ignore_glob = [] if os.environ.get("RAGBOT_TEST_COMPOSE") == "1" else ["
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 DEFAULT_ES_URL = "http://127.0.0.1:9250"
-_HOW_TO_START = "`make test` starts it; by hand: `bash scripts/services.sh up`"
+_HOW_TO_START = "`make test` starts it; by hand: `make services-up`"
 
 
 @pytest.fixture(scope="session")
@@ -73,21 +73,17 @@ def es_url() -> str:
 
 DEFAULT_MEDIAWIKI_URL = "http://127.0.0.1:8480"
 _HOW_TO_START_WIKI = (
-    "`make test` starts it; by hand: `RAGBOT_SERVICES=mediawiki bash scripts/services.sh up` "
+    "`make test` starts it; by hand: `RAGBOT_SERVICES=mediawiki uv run python -m ragbot.dev.services up` "
     "(Debian's mediawiki package on PHP's built-in server)"
 )
 
 
 def _mediawiki_config_file() -> str:
-    """The test wiki's LocalSettings.php: from the environment, else where scripts/services.sh puts it."""
+    """The test wiki's LocalSettings.php: from the environment, else where ragbot.dev.services puts it."""
     configured = os.environ.get("RAGBOT_TEST_MEDIAWIKI_CONFIG")
     if configured:
         return configured
-    script = Path(__file__).resolve().parents[1] / "scripts" / "services.sh"
-    completed = subprocess.run(
-        ["bash", str(script), "mw-config"], capture_output=True, text=True, timeout=30, check=False
-    )
-    return completed.stdout.strip()
+    return str(ServicesConfig.from_environ().mw_config_file)
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +104,7 @@ def mediawiki_url() -> str:
 
 @pytest.fixture(scope="session")
 def mediawiki_bot() -> tuple[str, str]:
-    """The test wiki's bot password login (``Admin@ragbot``), made by scripts/services.sh."""
+    """The test wiki's bot password login (``Admin@ragbot``), made by ragbot.dev.services."""
     return (
         os.environ.get("RAGBOT_TEST_MEDIAWIKI_BOT_USER", "Admin@ragbot"),
         os.environ.get("RAGBOT_TEST_MEDIAWIKI_BOT_PASSWORD", "ragbottestbotpassword0123456789ab"),

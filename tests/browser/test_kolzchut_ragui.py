@@ -14,21 +14,17 @@ import asyncio
 import csv
 import io
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 import redis
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
 from support.auth import KEYS, auth_settings
-from support.browser import click, wait_read, wait_until
+from support.browser import click, set_value, type_into, wait_read, wait_script, wait_until
 from support.chat_corpus import sample_pages
 from support.chat_stack import ChatServer, chat_server
 from support.ui_stack import CHROMEDRIVER, CHROMIUM, ROOT, SCREENSHOTS, WINDOW
@@ -68,7 +64,20 @@ console.error = function () {
   return consoleError.apply(console, arguments);
 };
 """
-_T = TypeVar("_T")
+# The tester's answer, read in one step once the page has answered ``arguments[0]`` times.
+READ_ANSWER = """
+if (document.body.dataset.answered !== arguments[0]) return null;
+const text = (id) => { const el = document.getElementById(id); return el ? el.innerText : ''; };
+return {
+  error: text('error'),
+  answer: text('answer'),
+  docs: document.querySelectorAll('#docs li').length,
+  debug: text('debug'),
+  before_filter: document.querySelectorAll('#before-filter table tr').length,
+  rephrased: text('rephrased'),
+  timings: text('timings'),
+};
+"""
 
 
 @pytest.fixture(scope="module")
@@ -133,40 +142,21 @@ def browser(downloads: Path) -> Iterator[webdriver.Chrome]:
         driver.quit()
 
 
-def wait_for(
-    driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], _T], *, timeout_s: float, what: str
-) -> _T:
-    waiter = WebDriverWait(
-        driver, timeout_s, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException]
-    )
-    try:
-        return waiter.until(condition)
-    except TimeoutException:
-        text = driver.find_element(By.TAG_NAME, "body").text
-        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}; page text:\n{text[:2000]}")
-
-
-def text_with(element_id: str, needle: str) -> Callable[[webdriver.Chrome], str]:
-    """A wait condition: the element's text once it contains ``needle`` (else empty)."""
-
-    def condition(driver: webdriver.Chrome) -> str:
-        text = by_id(driver, element_id).text
-        return text if needle in text else ""
-
-    return condition
-
-
-def by_id(driver: webdriver.Chrome, element_id: str) -> WebElement:
-    return driver.find_element(By.ID, element_id)
-
-
 def open_page(driver: webdriver.Chrome, url: str) -> None:
     driver.get(url)
-    wait_for(
-        driver,
-        lambda d: d.execute_script("return document.body.dataset.ready") == "1",
-        timeout_s=30,
-        what="the page's script",
+    wait_script(driver, "the page's script", "return document.body.dataset.ready === '1'")
+
+
+def value_of(element_id: str) -> str:
+    """A script that reads a field's value (empty while the page has no such field)."""
+    return f"const el = document.getElementById({element_id!r}); return el ? el.value : '';"
+
+
+def text_with(element_id: str, needle: str) -> str:
+    """A script that reads an element's text once it contains ``needle`` (else nothing)."""
+    return (
+        f"const el = document.getElementById({element_id!r}); const t = el ? el.innerText : '';"
+        f"return t.includes({needle!r}) ? t : null;"
     )
 
 
@@ -196,15 +186,6 @@ def backend_client(backend: ChatServer) -> httpx.Client:
     return httpx.Client(base_url=backend.url, auth=("wiki", ADMIN_KEY), timeout=ANSWER_TIMEOUT_S)
 
 
-def set_value(driver: webdriver.Chrome, element_id: str, value: str) -> None:
-    driver.execute_script(
-        "const el = document.getElementById(arguments[0]); el.value = arguments[1];"
-        "el.dispatchEvent(new Event('input', {bubbles: true}));",
-        element_id,
-        value,
-    )
-
-
 def test_admin_saves_a_config_reads_it_back_and_cleans_history(
     browser: webdriver.Chrome, wiki: WikiProxy, backend: ChatServer
 ) -> None:
@@ -215,67 +196,56 @@ def test_admin_saves_a_config_reads_it_back_and_cleans_history(
         ]
     open_page(browser, wiki.page("admin.html"))
     assert browser.execute_script("return !!window.KZ_PROXY") is True
-    wait_for(
+    wait_script(
         browser,
-        lambda d: all(
-            by_id(d, f"ping-{s}").get_attribute("data-status") == "ok"
-            for s in ("redis", "llm_manager", "es_docker")
-        ),
-        timeout_s=30,
-        what="three green health lights",
+        "three green health lights",
+        "return ['redis', 'llm_manager', 'es_docker'].every((s) => {"
+        " const light = document.getElementById('ping-' + s);"
+        " return light && light.dataset.status === 'ok'; });",
     )
-    wait_for(
-        browser, lambda d: by_id(d, "f-system_prompt").get_attribute("value"), timeout_s=30, what="the config"
-    )
+    wait_script(browser, "the config", value_of("f-system_prompt"))
     # a local per-field error first: the user prompt must keep its slots
     set_value(browser, "f-user_prompt", "בלי משבצות")
-    by_id(browser, "save").click()
-    error = wait_for(
+    click(browser, "#save")
+    error = wait_script(
         browser,
-        lambda d: d.find_element(By.CSS_SELECTOR, '.field-error[data-for="user_prompt"]').text,
-        timeout_s=10,
-        what="the field error",
+        "the user prompt's field error",
+        "const e = document.querySelector('.field-error[data-for=\"user_prompt\"]');return e && e.innerText;",
     )
     assert "{documents}" in error
-    by_id(browser, "reload").click()
-    wait_for(
+    click(browser, "#reload")
+    wait_script(
         browser,
-        lambda d: "{documents}" in (by_id(d, "f-user_prompt").get_attribute("value") or ""),
-        timeout_s=30,
-        what="the reload",
+        "the reloaded user prompt with its {documents} slot",
+        "const el = document.getElementById('f-user_prompt');"
+        "return !!el && el.value.includes('{documents}');",
     )
     set_value(browser, "f-temperature", "0.3")
     set_value(browser, "f-system_prompt", before["system_prompt"] + "\nבדיקה מהדפדפן")
-    by_id(browser, "save").click()
-    status = wait_for(
-        browser,
-        text_with("config-status", "נשמר"),
-        timeout_s=30,
-        what="saved",
-    )
+    click(browser, "#save")
+    status = wait_script(browser, "the config to be saved", text_with("config-status", "נשמר"))
     assert f"גרסה {before['version'] + 1}" in status and "נקראה בחזרה" in status
     open_page(browser, wiki.page("admin.html"))
-    wait_for(
+    saved = wait_script(
         browser,
-        lambda d: by_id(d, "f-temperature").get_attribute("value") == "0.3",
-        timeout_s=30,
-        what="the saved temperature",
+        "the saved temperature",
+        "const t = document.getElementById('f-temperature'), p = document.getElementById('f-system_prompt');"
+        "return t && p && t.value === '0.3' ? {system_prompt: p.value} : null;",
     )
-    assert (by_id(browser, "f-system_prompt").get_attribute("value") or "").endswith("בדיקה מהדפדפן")
+    assert saved["system_prompt"].endswith("בדיקה מהדפדפן"), saved
     with backend_client(backend) as http:
         stored = http.get("/get_config").json()
     assert stored["temperature"] == 0.3 and stored["version"] == before["version"] + 1
     # the danger zone: only after the confirmation box
-    clean = by_id(browser, "clean-history")
-    assert clean.is_enabled() is False
-    by_id(browser, "confirm-clean").click()
-    clean.click()
-    cleaned = wait_for(
+    assert browser.execute_script("return document.getElementById('clean-history').disabled") is True
+    click(browser, "#confirm-clean")
+    wait_script(
         browser,
-        text_with("clean-status", "נמחקו"),
-        timeout_s=30,
-        what="cleaned",
+        "the cleanup button to be enabled",
+        "return !document.getElementById('clean-history').disabled",
     )
+    click(browser, "#clean-history")
+    cleaned = wait_script(browser, "the history to be cleaned", text_with("clean-status", "נמחקו"))
     assert "תשובות" in cleaned
     client = redis.Redis.from_url(backend.redis_url)
     try:
@@ -300,58 +270,54 @@ def test_the_wiki_rights_hide_save_and_the_danger_zone(
         backend_url=backend.url, backend_key=ADMIN_KEY, can_edit=False, can_clean_redis=False
     ) as reader:
         open_page(browser, reader.page("admin.html"))
-        wait_for(
+        # Read in the step that sees the config: what a reader without rights is shown.
+        page = wait_script(
             browser,
-            lambda d: by_id(d, "f-system_prompt").get_attribute("value"),
-            timeout_s=30,
-            what="the config",
+            "the config, read only",
+            "const prompt = document.getElementById('f-system_prompt');"
+            "if (!prompt || !prompt.value) return null;"
+            "const shown = (id) => { const el = document.getElementById(id);"
+            " return !!el && el.getClientRects().length > 0"
+            "  && getComputedStyle(el).visibility !== 'hidden'; };"
+            "return {save: shown('save'), danger: shown('danger-zone'),"
+            " enabled: [...document.querySelectorAll('.main-content textarea, .main-content select')]"
+            "   .filter((el) => !el.disabled).map((el) => el.id),"
+            " fields: document.querySelectorAll('.main-content textarea, .main-content select').length,"
+            " note: document.getElementById('readonly-note').innerText};",
         )
-        assert not by_id(browser, "save").is_displayed()
-        assert not by_id(browser, "danger-zone").is_displayed()
-        assert all(
-            not el.is_enabled()
-            for el in browser.find_elements(By.CSS_SELECTOR, ".main-content textarea, .main-content select")
-        )
-        assert by_id(browser, "readonly-note").text
+        assert not page["save"] and not page["danger"], page
+        assert page["fields"] and page["enabled"] == [], page
+        assert page["note"], page
         assert_clean(browser)
 
 
 def test_tester_answers_with_debug_data_then_streams(browser: webdriver.Chrome, wiki: WikiProxy) -> None:
     open_page(browser, wiki.page("index.html"))
     set_value(browser, "question", "מי זכאי לפטור ממס הכנסה לעיוורים?")
-    assert by_id(browser, "o-include_debug_data").is_selected()
-    by_id(browser, "o-rephrase").click()
+    assert browser.execute_script("return document.getElementById('o-include_debug_data').checked") is True
+    click(browser, "#o-rephrase")
     set_value(browser, "o-max_documents_from_same_page", "2")
-    by_id(browser, "ask").click()
-    wait_for(
+    click(browser, "#ask")
+    answer = wait_script(browser, "the answer", READ_ANSWER, "1", timeout_s=ANSWER_TIMEOUT_S)
+    assert answer["error"] == "" and answer["answer"].strip(), answer
+    assert answer["docs"], answer
+    assert '"sources"' in answer["debug"] and '"timings_ms"' in answer["debug"], answer["debug"][:2000]
+    assert answer["before_filter"], answer
+    assert answer["rephrased"] not in ("", "—"), answer
+    assert "זמן תגובה" in answer["timings"], answer
+    click(browser, "#like")
+    wait_script(
         browser,
-        lambda d: d.execute_script("return document.body.dataset.answered") == "1",
-        timeout_s=ANSWER_TIMEOUT_S,
-        what="the answer",
-    )
-    assert by_id(browser, "error").text == ""
-    assert by_id(browser, "answer").text.strip()
-    assert browser.find_elements(By.CSS_SELECTOR, "#docs li")
-    assert '"sources"' in by_id(browser, "debug").text and '"timings_ms"' in by_id(browser, "debug").text
-    assert browser.find_elements(By.CSS_SELECTOR, "#before-filter table tr")
-    assert by_id(browser, "rephrased").text not in ("", "—")
-    assert "זמן תגובה" in by_id(browser, "timings").text
-    by_id(browser, "like").click()
-    wait_for(
-        browser, lambda d: by_id(d, "rating-status").text == "הדירוג נשמר", timeout_s=30, what="the rating"
+        "the rating to be saved",
+        "return document.getElementById('rating-status').innerText === 'הדירוג נשמר';",
     )
     shoot(browser, "kz-tester.png")
-    by_id(browser, "o-rephrase").click()
-    by_id(browser, "o-stream").click()
-    by_id(browser, "ask").click()
-    wait_for(
-        browser,
-        lambda d: d.execute_script("return document.body.dataset.answered") == "2",
-        timeout_s=ANSWER_TIMEOUT_S,
-        what="the streamed answer",
-    )
-    assert by_id(browser, "error").text == "" and by_id(browser, "answer").text.strip()
-    assert '"sources"' in by_id(browser, "debug").text
+    click(browser, "#o-rephrase")
+    click(browser, "#o-stream")
+    click(browser, "#ask")
+    streamed = wait_script(browser, "the streamed answer", READ_ANSWER, "2", timeout_s=ANSWER_TIMEOUT_S)
+    assert streamed["error"] == "" and streamed["answer"].strip(), streamed
+    assert '"sources"' in streamed["debug"], streamed["debug"][:2000]
     assert ("POST", "search", 200) in wiki.relayed and ("POST", "search/stream", 200) in wiki.relayed
     assert ("POST", "rating", 200) in wiki.relayed
     assert_clean(browser)
@@ -370,23 +336,22 @@ def test_batch_of_five_with_expected_pages_exports_csv(
     ]
     open_page(browser, wiki.page("batch-runner.html"))
     # the wiki's api.php behind the literal kolzchut.org.il URL: titles offered while typing
-    by_id(browser, "add-expected").send_keys("פטור")
-    wait_for(
+    type_into(browser, "#add-expected", "פטור")
+    wait_script(
         browser,
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#titles option")) >= 2,
-        timeout_s=30,
-        what="title suggestions",
+        "two title suggestions or more",
+        "return document.querySelectorAll('#titles option').length >= 2",
     )
     set_value(browser, "add-expected", "")
     text = "question,expected\n" + "\n".join(f'"{q}",{e}' for q, e in rows)
     set_value(browser, "input", text)
     set_value(browser, "concurrency", "2")
-    by_id(browser, "run").click()
-    wait_for(
+    click(browser, "#run")
+    wait_script(
         browser,
-        lambda d: d.execute_script("return document.body.dataset.finished") == "1",
+        "the batch to finish",
+        "return document.body.dataset.finished === '1'",
         timeout_s=BATCH_TIMEOUT_S,
-        what="the batch",
     )
     # The results and summary are read in one step, after the page says it has finished.
     [results] = wait_read(

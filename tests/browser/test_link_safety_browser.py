@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.support.ui import WebDriverWait
+from support.browser import wait_script
 from support.chat_corpus import build_sample_store, sample_pages
 from support.chat_fakes import ScriptedLLM
 from support.chat_stack import ChatServer, chat_server
@@ -67,16 +67,9 @@ def server(redis_url: str, hostile_store: Path) -> Iterator[ChatServer]:
         yield running
 
 
-def until(driver: webdriver.Chrome, js: str, *args: Any, what: str) -> Any:
-    """Run one query+read script until it returns something truthy (60 s and more on a busy machine)."""
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(
-        lambda d: d.execute_script(js, *args), message=f"timed out after {WAIT_S:.0f} s waiting for {what}"
-    )
-
-
 def audit(driver: webdriver.Chrome, items_css: str, *, what: str) -> dict[str, Any]:
     """The page's link audit once it shows at least one of ``items_css``."""
-    found: dict[str, Any] = until(driver, LINK_AUDIT, items_css, what=what)
+    found: dict[str, Any] = wait_script(driver, what, LINK_AUDIT, items_css, timeout_s=WAIT_S)
     return found
 
 
@@ -84,19 +77,22 @@ def test_chat_source_pills_and_citations_of_javascript_urls_are_not_links(
     driver: webdriver.Chrome, server: ChatServer
 ) -> None:
     driver.get(server.url + "/")
-    until(driver, "return document.body.dataset.ready === '1'", what="the chat page's script")
+    wait_script(
+        driver, "the chat page's script", "return document.body.dataset.ready === '1'", timeout_s=WAIT_S
+    )
     driver.execute_script(
         "document.getElementById('mode').value = 'grounded';"
         "document.getElementById('question').value = arguments[0];"
         "document.getElementById('ask').requestSubmit();",
         QUESTION,
     )
-    state = until(
+    state = wait_script(
         driver,
+        "the streamed answer to finish",
         "const items = document.querySelectorAll('li.msg-bot');"
         "const last = items[items.length - 1];"
         "return last && ['done', 'error'].includes(last.dataset.state) ? last.dataset.state : null;",
-        what="the streamed answer to finish",
+        timeout_s=WAIT_S,
     )
     assert state == "done", driver.execute_script("return document.body.innerText")
     found = audit(driver, "li.msg-bot .pill", what="the answer's source pills")
@@ -112,10 +108,11 @@ def test_chat_source_pills_and_citations_of_javascript_urls_are_not_links(
 
     # The answer rated down shows up in the admin page's feedback review with its sources as text.
     driver.execute_script("document.querySelector('li.msg-bot button.thumb-down').click()")
-    until(
+    wait_script(
         driver,
+        "the rating to be saved",
         "const s = document.querySelector('li.msg-bot .feedback .status'); return s && s.textContent.trim();",
-        what="the rating to be saved",
+        timeout_s=WAIT_S,
     )
     driver.get(server.url + "/admin")
     found = audit(driver, "#feedback-table .feedback-source", what="the feedback review's sources")
@@ -128,20 +125,23 @@ def test_chat_source_pills_and_citations_of_javascript_urls_are_not_links(
 
 def test_kolzchut_tester_lists_javascript_urls_as_text(driver: webdriver.Chrome, server: ChatServer) -> None:
     driver.get(server.url + "/index.html")
-    until(driver, "return document.body.dataset.ready === '1'", what="the tester page's script")
+    wait_script(
+        driver, "the tester page's script", "return document.body.dataset.ready === '1'", timeout_s=WAIT_S
+    )
     answered = driver.execute_script("return Number(document.body.dataset.answered || 0)")
     driver.execute_script(
         "document.getElementById('question').value = arguments[0];"
         "document.getElementById('ask-form').requestSubmit();",
         QUESTION,
     )
-    until(
+    wait_script(
         driver,
+        "the tester's answer",
         "const e = document.getElementById('error').textContent;"
         "if (e) return 'error: ' + e;"
         "return Number(document.body.dataset.answered || 0) > arguments[0];",
         answered,
-        what="the tester's answer",
+        timeout_s=WAIT_S,
     )
     found = audit(driver, "#docs li", what="the tester's documents")
     assert found["bad"] == [] and found["pwned"] is None, found
@@ -155,12 +155,16 @@ def test_kolzchut_batch_runner_lists_javascript_urls_as_text(
     driver: webdriver.Chrome, server: ChatServer
 ) -> None:
     driver.get(server.url + "/batch-runner.html")
-    until(driver, "return document.body.dataset.ready === '1'", what="the batch page's script")
+    wait_script(
+        driver, "the batch page's script", "return document.body.dataset.ready === '1'", timeout_s=WAIT_S
+    )
     driver.execute_script(
         "document.getElementById('input').value = arguments[0];document.getElementById('run').click();",
         f"{QUESTION}\nWho is exempt from income tax?",
     )
-    until(driver, "return document.body.dataset.finished === '1'", what="the batch to finish")
+    wait_script(
+        driver, "the batch to finish", "return document.body.dataset.finished === '1'", timeout_s=WAIT_S
+    )
     found = audit(driver, "#results tbody ol li", what="the batch's documents")
     assert found["bad"] == [] and found["pwned"] is None, found
     docs = driver.execute_script(

@@ -5,7 +5,6 @@ listed, a failed job retried, and the admin page's retrieval debug and config ed
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from selenium import webdriver
 from selenium.webdriver.common.keys import Keys
 from support.browser import click, read_all, type_into, wait_one, wait_read, wait_until
 from support.ui_stack import FAILING_PAGE_ID, SCREENSHOTS, WINDOW, UiStack
+from support.waits import poll
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.usefixtures("shot")]
 
@@ -203,6 +203,7 @@ def test_an_uploaded_file_is_indexed_and_listed(
         driver,
         f"page {page_id} in the list",
         f'#pages tr[data-page-id="{page_id}"]',
+        until=lambda r: len(r["cells"]) > 3 and r["cells"][1] == title,
         cells="[...e.querySelectorAll('td')].map(c => c.innerText)",
     )
     cells = row["cells"]
@@ -217,14 +218,18 @@ def test_a_failed_job_shows_its_reason_and_can_be_retried(
     job_id = ui_stack.ingest.post("/v1/pages/changed", json=ui_stack.wiki.ping(FAILING_PAGE_ID)).json()[
         "job_id"
     ]
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    record: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        record = ui_stack.ingest.get(f"/v1/jobs/{job_id}").json()
-        if record["state"] == "failed":
-            break
-        time.sleep(0.25)
-    assert record.get("state") == "failed", f"{record}\n{ui_stack.logs()}"
+
+    def failed() -> dict[str, Any] | None:
+        record: dict[str, Any] = ui_stack.ingest.get(f"/v1/jobs/{job_id}").json()
+        assert record["state"] != "done", f"job {job_id} of the failing page succeeded: {record}"
+        return record if record["state"] == "failed" else None
+
+    poll(
+        f"job {job_id} of page {FAILING_PAGE_ID} to fail",
+        failed,
+        timeout_s=JOB_TIMEOUT_S,
+        detail=ui_stack.logs,
+    )
 
     driver.get(ui_stack.chat_url + "/documents")
     failed_row = f'#failed tr[data-job-id="{job_id}"]'

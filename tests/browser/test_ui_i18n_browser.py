@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.support.ui import WebDriverWait
+from support.browser import wait_script
 from support.ui_stack import ROOT, UiStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(900), pytest.mark.usefixtures("shot")]
@@ -60,15 +60,10 @@ return {
 """
 
 
-def until(driver: webdriver.Chrome, js: str, *args: Any, what: str, timeout_s: float = WAIT_S) -> Any:
-    """Run one query+read script until it returns something truthy; fail naming what was awaited."""
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(
-        lambda d: d.execute_script(js, *args), message=f"timed out after {timeout_s:.0f} s waiting for {what}"
-    )
-
-
 def read_page(driver: webdriver.Chrome, lang: str, what: str) -> dict[str, Any]:
-    found: dict[str, Any] = until(driver, READ_PAGE, CATALOGUES[lang]["common.loading"], lang, what=what)
+    found: dict[str, Any] = wait_script(
+        driver, what, READ_PAGE, CATALOGUES[lang]["common.loading"], lang, timeout_s=WAIT_S
+    )
     return found
 
 
@@ -114,8 +109,9 @@ def ask(driver: webdriver.Chrome, question: str) -> dict[str, Any]:
         "document.getElementById('ask').requestSubmit();",
         question,
     )
-    answer: dict[str, Any] = until(
+    answer: dict[str, Any] = wait_script(
         driver,
+        f"the answer to {question!r}",
         "const items = document.querySelectorAll('li.msg-bot');"
         "const last = items[arguments[0]];"
         "if (!last || !['done', 'error'].includes(last.dataset.state)) return null;"
@@ -127,7 +123,6 @@ def ask(driver: webdriver.Chrome, question: str) -> dict[str, Any]:
         " blocks: [...last.querySelectorAll('.bubble p')].map((p) => [getComputedStyle(p).direction,"
         " p.textContent])};",
         before,
-        what=f"the answer to {question!r}",
         timeout_s=ANSWER_WAIT_S,
     )
     assert answer["state"] == "done", answer
@@ -185,12 +180,13 @@ def test_the_switch_chooses_english_and_remembers_it(
     driver.get(ui_stack.chat_url + "/documents")
     assert read_page(driver, "he", "the Hebrew documents page")["lang"] == "he"
     driver.execute_script("document.querySelector('.lang-switch a[hreflang=en]').click()")
-    page = until(
+    page = wait_script(
         driver,
+        "the English documents page after the switch",
         "return document.documentElement.lang === 'en' && location.search === '' && "
         "document.body.dataset.ready === '1' ? {path: location.pathname, dir: document.documentElement.dir, "
         "direction: getComputedStyle(document.body).direction, text: document.body.innerText} : null",
-        what="the English documents page after the switch",
+        timeout_s=WAIT_S,
     )
     assert page["path"] == "/documents" and (page["dir"], page["direction"]) == ("ltr", "ltr"), page
     assert en["documents.pages"] in page["text"] and he["documents.pages"] not in page["text"]
@@ -214,11 +210,12 @@ def test_the_switch_chooses_english_and_remembers_it(
     save(driver, "chat-en.png")
 
     driver.execute_script("document.querySelector('.lang-switch a[hreflang=he]').click()")
-    until(
+    wait_script(
         driver,
+        "the Hebrew chat page after switching back",
         "return document.documentElement.lang === 'he' && document.documentElement.dir === 'rtl' "
         "&& document.body.dataset.ready === '1'",
-        what="the Hebrew chat page after switching back",
+        timeout_s=WAIT_S,
     )
 
 

@@ -1,7 +1,7 @@
 """Faults real deployments see, through real processes: an Elasticsearch data node ``kill -9``-ed under
 pings and queries (two-node cluster, one replica), and Redis (AOF on) restarted in the middle of a
 conversation and of a bulk reindex. The machinery is ``support.fault_stack`` and
-``support.fault_scenarios``; ``bench/security_faults.py`` reports the same runs as figures.
+``support.fault_scenarios``; ``bench/security/faults.py`` reports the same runs as figures.
 """
 
 from __future__ import annotations

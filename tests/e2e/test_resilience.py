@@ -33,6 +33,7 @@ from support.processes import (
     service_env,
 )
 from support.tcp_proxy import TcpProxy
+from support.waits import poll
 
 from ragbot.cli import main as cli
 from ragbot.messaging.events import events_key
@@ -72,15 +73,14 @@ class Stack:
         return record
 
     def wait_job(self, job_id: str, *, timeout_s: float = 240.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        record: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            record = self.job(job_id)
-            if record["state"] in FINAL:
-                return record
+        """Poll a job until it ends; fail with the services' logs if it does not (or one dies)."""
+
+        def ended() -> dict[str, Any] | None:
             self.assert_alive()
-            time.sleep(0.2)
-        pytest.fail(f"job {job_id} did not finish in {timeout_s} s: {record}\n{self.logs()}")
+            record = self.job(job_id)
+            return record if record["state"] in FINAL else None
+
+        return poll(f"job {job_id} to end", ended, timeout_s=timeout_s, detail=self.logs)
 
     def assert_alive(self) -> None:
         for proc in (self.ingest_proc, self.worker):
@@ -267,11 +267,14 @@ def test_kill_9_of_the_worker_mid_page_ends_with_the_page_indexed_once_complete(
     response = stack.ingest.post("/v1/pages", json=_big_page(page_id, 7, paragraphs=240))
     assert response.status_code == 202, response.text
     job_id = response.json()["job_id"]
-    deadline = time.monotonic() + 120
-    while stack.job(job_id)["state"] != "running":
-        assert time.monotonic() < deadline, f"the job never started: {stack.job(job_id)}"
-        time.sleep(0.05)
-    time.sleep(0.5)  # well inside the embedding of 240 paragraphs
+    # Killed as soon as the worker is on it: inside the page, whose 240 paragraphs take seconds to embed.
+    poll(
+        f"the worker to start job {job_id}",
+        lambda: stack.job(job_id)["state"] == "running",
+        timeout_s=120,
+        every_s=0.05,
+        detail=stack.logs,
+    )
     pid = stack.worker.process.pid if stack.worker.process else None
     assert pid is not None
     os.killpg(pid, 9)
@@ -348,26 +351,43 @@ def test_elasticsearch_down_for_30_s_while_pings_arrive_loses_nothing(stack: Sta
     for page_id, page in zip(page_ids, originals, strict=True):
         stack.wiki.put({**page, "page_id": page_id, "revision_id": 2})
     stack.proxy.refuse()
-    refused_at = time.monotonic()
+    outage_ends = time.monotonic() + OUTAGE_S
     try:
-        jobs = []
+        jobs: list[str] = []
         for page_id in page_ids:
             response = stack.ingest.post("/v1/pages/changed", json=stack.wiki.ping(page_id))
             assert response.status_code == 202, response.text
-            jobs.append(response.json()["job_id"])
-            time.sleep(2)  # pings keep arriving during the outage
-        deadline = refused_at + 60
-        while not all(stack.job(j)["state"] == "retrying" for j in jobs):
-            assert time.monotonic() < deadline, [stack.job(j) for j in jobs]
-            time.sleep(0.5)
-        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - refused_at)))
-        assert all(stack.job(j)["state"] in ("retrying", "running", "queued") for j in jobs)
-        stack.assert_alive()
+            job_id = response.json()["job_id"]
+            jobs.append(job_id)
+            # Pings keep arriving during the outage: the next one once the worker has met this one.
+            poll(
+                f"the worker to take job {job_id} while Elasticsearch is refused",
+                lambda: stack.job(job_id)["state"] != "queued",  # noqa: B023  # called before the loop goes on
+                detail=stack.logs,
+            )
+        poll(
+            "every job to be retrying against the refused Elasticsearch",
+            lambda: all(stack.job(j)["state"] == "retrying" for j in jobs),
+            detail=lambda: f"{[stack.job(j) for j in jobs]}\n{stack.logs()}",
+        )
+
+        def outage_held() -> bool:
+            """Until the outage has lasted OUTAGE_S, every job stays unfinished and every process alive."""
+            unfinished = ("retrying", "running", "queued")
+            assert all(stack.job(j)["state"] in unfinished for j in jobs), [stack.job(j) for j in jobs]
+            stack.assert_alive()
+            return time.monotonic() >= outage_ends
+
+        poll(f"the {OUTAGE_S:.0f} s outage to pass", outage_held, timeout_s=OUTAGE_S + 30, every_s=0.5)
     finally:
         stack.proxy.resume()
     for job_id in jobs:
         record = stack.wait_job(job_id, timeout_s=240)
-        assert record["state"] == "done" and record["attempts"] > 1, (record, stack.logs())
+        # Delivery is at least once: on a loaded machine a retried message can outlive the visibility
+        # timeout and run twice; the later run finds the revision written and ends the job "skipped".
+        redelivered = record["state"] == "skipped" and record["detail"] == "revision 2 is already indexed"
+        assert record["state"] == "done" or redelivered, (record, stack.logs())
+        assert record["attempts"] > 1, (record, stack.logs())
     for page_id in page_ids:
         state = stack.page_state(page_id)
         assert state is not None and state["revision_id"] == 2 and state["paragraphs"] > 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from support.processes import (
     local_service,
     service_env,
 )
+from support.waits import poll
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -152,11 +152,18 @@ def test_one_ping_is_one_trace_from_ingest_through_the_worker_to_the_store(
             response = http.post("/v1/pages/changed", json=wiki.ping(100029))
             assert response.status_code == 202, response.text
             job_id = response.json()["job_id"]
-            deadline = time.monotonic() + 120
-            while http.get(f"/v1/jobs/{job_id}").json()["state"] not in ("done", "skipped", "failed"):
-                assert time.monotonic() < deadline, f"{ingest.log_tail()}\n{worker.log_tail()}"
-                time.sleep(0.2)
-            assert http.get(f"/v1/jobs/{job_id}").json()["state"] == "done"
+
+            def ended() -> dict[str, Any] | None:
+                record: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
+                return record if record["state"] in ("done", "skipped", "failed") else None
+
+            record = poll(
+                f"job {job_id} to end",
+                ended,
+                timeout_s=120,
+                detail=lambda: f"{ingest.log_tail()}\n{worker.log_tail()}",
+            )
+            assert record["state"] == "done", record
 
             def complete(spans: list[CollectedSpan]) -> bool:
                 root = root_of(spans, service="ragbot-ingest", route="/v1/pages/changed")
@@ -167,7 +174,7 @@ def test_one_ping_is_one_trace_from_ingest_through_the_worker_to_the_store(
                     s.attributes.get("db.system") == "elasticsearch" and s.name == "bulk" for s in trace
                 )
 
-            spans = collector.wait_for(complete, timeout_s=30)
+            spans = collector.wait_for(complete)
             root = root_of(spans, service="ragbot-ingest", route="/v1/pages/changed")
             assert root is not None, describe(spans)
             trace = collector.trace(root.trace_id)
@@ -257,7 +264,7 @@ def test_one_question_is_one_trace_from_chat_through_the_retriever_to_the_store_
                 services = {s.service for s in trace}
                 return "ragbot-retriever" in services and any(s.name.startswith("chat ") for s in trace)
 
-            spans = collector.wait_for(complete, timeout_s=30)
+            spans = collector.wait_for(complete)
             root = root_of(spans, service="ragbot-chat", route=route)
             assert root is not None, describe(spans)
             trace = collector.trace(root.trace_id)

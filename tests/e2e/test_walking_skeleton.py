@@ -10,7 +10,6 @@ must keep running.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from support.processes import (
     local_service,
     service_env,
 )
+from support.waits import poll
 
 from ragbot.messaging.queue import create_celery_app
 from ragbot.schemas.messages import DELETE_PAGE_TASK, INDEX_PAGE_TASK
@@ -72,17 +72,15 @@ class Stack:
 
     def wait_job(self, job_id: str, *, timeout_s: float = JOB_TIMEOUT_S) -> dict[str, Any]:
         """Poll a job until it ends; fail with the services' logs if it does not."""
-        deadline = time.monotonic() + timeout_s
-        record: dict[str, Any] = {}
-        while time.monotonic() < deadline:
+
+        def ended() -> dict[str, Any] | None:
+            self.assert_alive()
             response = self.ingest.get(f"/v1/jobs/{job_id}")
             assert response.status_code == 200, response.text
-            record = response.json()
-            if record["state"] in FINAL:
-                return record
-            self.assert_alive()
-            time.sleep(0.2)
-        pytest.fail(f"job {job_id} did not finish in {timeout_s} s: {record}\n{self.logs()}")
+            record: dict[str, Any] = response.json()
+            return record if record["state"] in FINAL else None
+
+        return poll(f"job {job_id} to end", ended, timeout_s=timeout_s, detail=self.logs)
 
     def assert_alive(self) -> None:
         for proc in self.processes:

@@ -1,5 +1,5 @@
 """Apps of the three HTTP services with keys configured, over fakes, and their write routes, for the auth
-tests and bench/security_auth.py."""
+tests and bench/security/auth.py."""
 
 from __future__ import annotations
 

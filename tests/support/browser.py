@@ -26,9 +26,9 @@ from selenium.common.exceptions import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from support.waits import TIMEOUT_S
+
 T = TypeVar("T")
-# Long enough for a machine at load 15 on two cores; a healthy run needs a few seconds.
-TIMEOUT_S = 90.0
 _RETRIED = (StaleElementReferenceException, NoSuchElementException)
 
 
@@ -56,6 +56,13 @@ def wait_until(
             f"timed out after {timeout_s:.0f} s waiting for {what}; page text:\n{page_text(driver)[:2000]}",
             pytrace=False,
         )
+
+
+def wait_script(
+    driver: webdriver.Chrome, what: str, script: str, *args: Any, timeout_s: float = TIMEOUT_S
+) -> Any:
+    """Run one script that queries and reads until it returns something truthy; returns that value."""
+    return wait_until(driver, what, lambda d: d.execute_script(script, *args), timeout_s=timeout_s)
 
 
 def read_all(
@@ -134,6 +141,17 @@ def type_into(
         return True
 
     wait_until(driver, f"{css} to take typing", typed, timeout_s=timeout_s)
+
+
+def set_value(driver: webdriver.Chrome, element_id: str, value: str) -> None:
+    """Set a field's value and fire its ``input`` event, found and set in one script."""
+    found = driver.execute_script(
+        "const el = document.getElementById(arguments[0]); if (!el) return false; el.value = arguments[1];"
+        "el.dispatchEvent(new Event('input', {bubbles: true})); return true;",
+        element_id,
+        value,
+    )
+    assert found, f"no #{element_id} on the page to set to {value!r}:\n{page_text(driver)[:2000]}"
 
 
 def choose(driver: webdriver.Chrome, css: str, value: str, *, timeout_s: float = TIMEOUT_S) -> None:

@@ -1,4 +1,4 @@
-"""A throwaway two-node Elasticsearch cluster of the integ-test distribution ``scripts/services.sh`` installs.
+"""A throwaway two-node Elasticsearch cluster of the integ-test distribution ``ragbot.dev.services`` installs.
 
 ``node-1`` is the only master-eligible node (with two master-eligible nodes, losing either one loses the
 quorum: Elasticsearch's voting-configuration docs), and holds data; ``node-2`` holds data only. So
@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 
 from ragbot.dev.servers import free_port
+from ragbot.dev.services import ServicesConfig
+from ragbot.dev.services.elasticsearch_node import ElasticsearchNode
 
-ROOT = Path(__file__).resolve().parents[2]
 HEAP = "512m"
 START_TIMEOUT_S = 240.0
 
@@ -46,17 +47,8 @@ class Node:
 
 
 def es_environment() -> dict[str, str]:
-    """``scripts/services.sh es-env``: where the distribution, its JDK and the run dir are."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "services.sh"), "es-env"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/services.sh es-env failed:\n{done.stderr}")
-    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    """``python -m ragbot.dev.services es-env``: where the distribution, its JDK and the run dir are."""
+    return ElasticsearchNode(ServicesConfig.from_environ()).environment()
 
 
 @dataclass

@@ -18,6 +18,7 @@ import httpx
 
 from support.chat_fakes import parse_sse
 from support.fault_stack import FINAL, FaultStack
+from support.waits import holds_within
 
 QUERY = "annual leave for workers"
 KILLED = "node-2"
@@ -117,7 +118,7 @@ def es_node_loss(stack: FaultStack, *, pages: int = 8, timeout_s: float = 180.0)
     load = QueryLoad(str(stack.retriever.base_url)).start()
     jobs: list[str] = []
     try:
-        time.sleep(1.0)
+        holds_within(lambda: load.answered > 0, timeout_s=60)  # queries flow before anything breaks
         for n, page_id in enumerate(ids):
             jobs.append(stack.ping(stack.page(page_id, 2)))
             if n == pages // 3:
@@ -127,12 +128,16 @@ def es_node_loss(stack: FaultStack, *, pages: int = 8, timeout_s: float = 180.0)
         for page_id in ids[: pages // 2]:  # a second edit while the node is down: the last one must win
             jobs.append(stack.ping(stack.page(page_id, 3)))
         records = stack.wait_jobs(jobs, timeout_s=timeout_s)
-        time.sleep(max(0.0, 5.0 - (time.monotonic() - killed_at)))  # queries keep coming meanwhile
+        # The node stays down 5 s at least, until a query was answered without it (the caller asserts).
+        holds_within(
+            lambda: load.answered_while_down > 0 and time.monotonic() - killed_at >= 5.0, timeout_s=60
+        )
         stack.cluster.restart_node(KILLED)
         stack.cluster.wait_status("green", nodes=2, timeout_s=timeout_s)
         load.node_down.clear()
         down_s = time.monotonic() - killed_at
-        time.sleep(1.0)
+        answered = load.answered
+        holds_within(lambda: load.answered > answered, timeout_s=60)  # and queries go on once it is back
     finally:
         load.stop()
 
@@ -218,9 +223,10 @@ def redis_restart(
     )
     assert response.status_code == 202, response.text
     parent = str(response.json()["job_id"])
-    deadline = time.monotonic() + 60
-    while (stack.job(parent).get("progress") or {}).get("done", 0) == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)  # restart once the worker is inside the reindex: some batches done, some queued
+    # Restart once the worker is inside the reindex: some batches done, some queued.
+    holds_within(
+        lambda: (stack.job(parent).get("progress") or {}).get("done", 0) > 0, timeout_s=120, every_s=0.05
+    )
     unreachable_s = stack.redis.restart()
 
     records = stack.wait_jobs([parent], timeout_s=timeout_s)

@@ -4,13 +4,12 @@
 ingest, the embedder worker, the retriever and chat (embedded llama.cpp, 8-token answers) run as
 ``python -m`` children with MiniLM on the CPU; a local wiki answers the content API. The scenarios that
 break things live in ``support.fault_scenarios``; ``tests/e2e/test_faults.py`` and
-``bench/security_faults.py`` both drive them.
+``bench/security/faults.py`` both drive them.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,6 +23,7 @@ from support.es_cluster import EsCluster
 from support.fake_wiki import FakeWiki, load_pages
 from support.processes import ServiceProcess, free_port, local_service, service_env
 from support.redis_server import RedisServer
+from support.waits import holds_within
 
 DEFINITION = {
     "identifier_field": "page_id",
@@ -58,9 +58,9 @@ class FaultStack:
 
     def wait_jobs(self, job_ids: list[str], *, timeout_s: float) -> dict[str, dict[str, Any]]:
         """Bounded wait until every job is in a final state; the last records either way."""
-        deadline = time.monotonic() + timeout_s
         records: dict[str, dict[str, Any]] = {}
-        while time.monotonic() < deadline:
+
+        def all_ended() -> bool:
             for job_id in job_ids:
                 if records.get(job_id, {}).get("state") not in FINAL:
                     try:
@@ -68,9 +68,11 @@ class FaultStack:
                     except (AssertionError, httpx.HTTPError) as exc:  # Redis restarting: ask again
                         records[job_id] = {"state": "unknown", "error": str(exc)}
             if all(r.get("state") in FINAL for r in records.values()):
-                return records
+                return True
             self.assert_alive()
-            time.sleep(0.25)
+            return False
+
+        holds_within(all_ended, timeout_s=timeout_s, every_s=0.25)
         return records
 
     def ping(self, page: dict[str, Any]) -> str:

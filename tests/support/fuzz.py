@@ -1,5 +1,5 @@
 """Schemathesis against ingest, the retriever and chat as real processes, each on throwaway data, for a
-fixed time budget per service: the fuzz tests and ``bench/security_fuzz.py`` share this setup.
+fixed time budget per service: the fuzz tests and ``bench/security/fuzz.py`` share this setup.
 
 Every service gets its own copy of the sample store and its own Redis key prefix and Celery queue (no
 worker consumes it), so the fuzzer's deletes and config writes reach nothing another test reads; all is

@@ -2,7 +2,7 @@
 
 The apps run over the shared fakes (job records, sender, store,
 embedder, LLM, retriever) with chat's sessions in real Redis. Used by
-``tests/integration/test_hostile_api.py`` and ``bench/security_inputs.py``.
+``tests/integration/test_hostile_api.py`` and ``bench/security/inputs.py``.
 """
 
 from __future__ import annotations

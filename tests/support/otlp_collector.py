@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from support.waits import TIMEOUT_S, holds_within
 
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -93,15 +94,11 @@ class OtlpCollector:
         return [s for s in self.snapshot() if s.trace_id == trace_id]
 
     def wait_for(
-        self, done: Callable[[list[CollectedSpan]], bool], *, timeout_s: float = 30.0
+        self, done: Callable[[list[CollectedSpan]], bool], *, timeout_s: float = TIMEOUT_S
     ) -> list[CollectedSpan]:
         """Poll until ``done(spans)`` holds; return the spans either way (the caller asserts)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            spans = self.snapshot()
-            if done(spans) or time.monotonic() > deadline:
-                return spans
-            time.sleep(0.2)
+        holds_within(lambda: done(self.snapshot()), timeout_s=timeout_s)
+        return self.snapshot()
 
     def _receive(self, body: bytes) -> None:
         request = ExportTraceServiceRequest()

@@ -11,8 +11,9 @@ from pathlib import Path
 import redis
 
 from ragbot.dev.servers import free_port
+from support.waits import poll
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -43,21 +44,26 @@ class RedisServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}: {self.log()}")
+        process = self.process
+
+        def pong() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {process.returncode}: {self.log()}")
             client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
             try:
-                if client.ping():
-                    return self
-            except redis.RedisError:
-                time.sleep(0.05)
+                return bool(client.ping())
             finally:
                 client.close()
-        raise RuntimeError(
-            f"redis-server on {self.port} gave no PONG in {START_TIMEOUT_S:.0f} s: {self.log()}"
+
+        poll(
+            f"redis-server on {self.port} to answer PONG",
+            pong,
+            timeout_s=START_TIMEOUT_S,
+            every_s=0.05,
+            retry_on=(redis.RedisError,),
+            detail=self.log,
         )
+        return self
 
     def stop(self) -> None:
         """SIGTERM (Redis writes the AOF out and exits), SIGKILL after 20 s."""

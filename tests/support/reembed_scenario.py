@@ -1,4 +1,4 @@
-"""The re-embed scenario through real processes, shared by the e2e test and ``bench/operations_reembed.py``.
+"""The re-embed scenario through real processes, shared by the e2e test and ``bench/operations/reembed.py``.
 
 A stack (ingest, embedder worker, retriever as children, a local wiki) indexes ``pages`` pages with
 one definition; the definition file is then changed (the same model now also embeds the title, a
@@ -27,6 +27,7 @@ import redis
 
 from ragbot.dev.servers import LocalWiki, ServiceProcess, free_port, load_pages, local_service
 from support.processes import delete_es_prefix, delete_redis_prefix, service_env
+from support.waits import holds_within, poll
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "kolzchut" / "pages.jsonl"
 MODEL = "all-MiniLM-L6-v2"
@@ -172,14 +173,13 @@ class Stack:
         deadline = time.monotonic() + timeout_s
         records = []
         for job_id in job_ids:
-            while True:
-                record = self.ingest.get(f"/v1/jobs/{job_id}").json()
-                if record["state"] in ("done", "skipped", "failed"):
-                    records.append(record)
-                    break
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"job {job_id} still {record['state']}\n{self.logs()}")
-                time.sleep(0.1)
+
+            def ended(job_id: str = job_id) -> dict[str, Any] | None:
+                record: dict[str, Any] = self.ingest.get(f"/v1/jobs/{job_id}").json()
+                return record if record["state"] in ("done", "skipped", "failed") else None
+
+            left = max(0.0, deadline - time.monotonic())
+            records.append(poll(f"job {job_id} to end", ended, timeout_s=left, every_s=0.1, detail=self.logs))
         return records
 
     def found(self, page_id: int) -> tuple[bool, bool]:
@@ -344,14 +344,16 @@ def run(
             t.start()
         started = time.monotonic()
         reembed = stack.start_reembed(timeout_s=timeout_s)
-        while reembed.poll() is None and not stack.building():
-            time.sleep(0.1)
+        holds_within(lambda: reembed.poll() is not None or stack.building(), timeout_s=timeout_s, every_s=0.1)
         building.set()
         out, _ = reembed.communicate(timeout=timeout_s + 60)
         figures.reembed_s = round(time.monotonic() - started, 2)
         figures.reembed_exit = reembed.returncode
         figures.reembed_output = out[-3000:]
-        time.sleep(1.5)  # queries go on across the retriever's move to the new generation
+        # Queries go on across the retriever's move to the new generation: a few more after the switch.
+        with lock:
+            queries_at_switch = figures.queries
+        holds_within(lambda: figures.queries >= queries_at_switch + 3, timeout_s=60)
         stop.set()
         for t in threads:
             t.join(timeout=60)
@@ -365,12 +367,9 @@ def run(
                     figures.deleted_still_there.append(page_id)
             elif held is None or held < revision or view["per_model"].get(page_id, {}).get(MODEL, 0) == 0:
                 figures.lost_pages.append(page_id)
-        deadline = time.monotonic() + DROP_AFTER_S + 20
-        while time.monotonic() < deadline:
-            if not store_view(stack)["legacy_left"]:
-                figures.old_dropped = True
-                break
-            time.sleep(0.5)
+        figures.old_dropped = holds_within(
+            lambda: not store_view(stack)["legacy_left"], timeout_s=DROP_AFTER_S + 20, every_s=0.5
+        )
         if figures.reembed_exit != 0:
             figures.errors.append(stack.logs())
         return figures

@@ -1,7 +1,7 @@
 """A stack that follows the real test MediaWiki by polling: ingest, the embedder worker (Celery beat sends
 ``embedder.poll_mediawiki``) and the retriever as real processes, on the embedded store, with a Redis
 key prefix and queue of their own. Nothing pings or pushes: ingest is there to report what is indexed.
-Used by tests/e2e/test_mediawiki_polling.py and bench/wiki.py."""
+Used by tests/e2e/test_mediawiki_polling.py and bench/indexing/wiki.py."""
 
 from __future__ import annotations
 

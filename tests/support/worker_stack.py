@@ -1,6 +1,6 @@
 """One ingest and several embedder worker processes on one Celery queue, indexing into real Elasticsearch.
 
-Used by ``tests/e2e/test_two_workers.py`` and ``bench/operations_workers.py``: the pages are the
+Used by ``tests/e2e/test_two_workers.py`` and ``bench/operations/workers.py``: the pages are the
 Kol-Zchut samples copied under new ids spread over several index buckets, every worker is a real
 ``python -m ragbot_embedder`` process with its own metrics port, and ``audit()`` reads back what the
 store holds and what each worker's JSON log says it did, so a page indexed twice or lost shows.

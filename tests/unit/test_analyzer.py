@@ -8,7 +8,7 @@ from ragbot.text import MAX_PREFIX_LETTERS, MIN_STEM_LETTERS, analyze
 
 
 def test_chosen_settings() -> None:
-    # Chosen on HeQ (bench/hebrew_analyzer.py); changing them changes every BM25 index.
+    # Chosen on HeQ (bench/retrieval/hebrew_analyzer.py); changing them changes every BM25 index.
     assert (MAX_PREFIX_LETTERS, MIN_STEM_LETTERS) == (1, 3)
 
 

@@ -18,7 +18,8 @@ the turn already has, with no extra model call:
   nothing, and cosines across languages run lower).
 
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
-``samples/kolzchut/abstention_questions.json`` by ``bench/answers.py --fit``, see docs/benchmarks.md)
+``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
+docs/benchmarks.md)
 and abstains when the score is under the rule's threshold. The chat pipeline asks it in ``strict`` and
 ``quote`` mode (the Kol-Zchut routes use those): an abstention answers "I did not find this" and lists
 the closest pages as related, not as an answer.

@@ -33,7 +33,7 @@ CONTENT_PATH = "/w/rest.php/cbragcontent/v0/page_id/"
 # as a wiki might serve a cron's copy of it: a JSON array of the page ids the wiki wants indexed.
 RELEVANT_IDS_PATH = "/relevant_page_ids.json"
 # The answer mode ``make run`` gives the web UI, the native API and the Kol-Zchut routes when the only
-# LLM is the embedded one (RAGBOT_CHAT_LLM_BACKEND=llamacpp): chosen by bench/hebrew_answers.py, see
+# LLM is the embedded one (RAGBOT_CHAT_LLM_BACKEND=llamacpp): chosen by bench/answers/modes.py, see
 # docs/benchmarks.md "Answers". An explicit RAGBOT_CHAT_DEFAULT_MODE / _KOLZCHUT_MODE wins.
 EMBEDDED_LLM_MODE = "quote"
 

@@ -11,8 +11,9 @@ from pydantic_settings import BaseSettings
 from ragbot.schemas.retrieval import DEFAULT_PARAGRAPHS_PER_PAGE
 from ragbot.settings.common import settings_config
 
-# Fitted on the tuning half only (bench/answers.py --fit: a logistic regression over the evidence of
-# ragbot.chat.answerability, L2 1.0; figures in docs/benchmarks.md). {"threshold": -inf} answers all.
+# Fitted on the tuning half only (bench/answers/abstention.py --fit: a logistic regression over the
+# evidence of ragbot.chat.answerability, L2 1.0; figures in docs/benchmarks.md).
+# {"threshold": -inf} answers all.
 ABSTENTION_BRANCHES: tuple[str, ...] = (
     "content_all-MiniLM-L6-v2_vectors",
     "content_multilingual-e5-small_vectors",
@@ -129,7 +130,7 @@ class ChatSettings(LLMSettings):
     quote_context_chars: int = Field(default=6000, ge=200, le=200_000)
     # Abstention in strict and quote mode (ragbot.chat.answerability): on, and the linear rule over
     # the turn's evidence (bias, dense_top, dense_gap, bm25_gap, agree, coverage, threshold), fitted on
-    # the tuning half of samples/kolzchut/abstention_questions.json by bench/answers.py --fit.
+    # the tuning half of samples/kolzchut/abstention_questions.json by bench/answers/abstention.py --fit.
     abstention_enabled: bool = True
     abstention_rule: dict[str, float] = Field(default_factory=lambda: dict(ABSTENTION_RULE))
     # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with

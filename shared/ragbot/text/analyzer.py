@@ -9,7 +9,7 @@ through the same function, so a query word with a prefix finds a paragraph witho
 way round. This is a light, dictionary-free stand-in for a Hebrew stemmer.
 
 The depth (one letter) and the shortest stem (three letters) were chosen by BM25 on HeQ test
-(``bench/hebrew_analyzer.py``: title + text, 1072 queries, the stores' BM25F): nDCG@10 0.914
+(``bench/retrieval/hebrew_analyzer.py``: title + text, 1072 queries, the stores' BM25F): nDCG@10 0.914
 without variants, 0.939 with one letter and stems >= 3, 0.937 with stems >= 2, 0.935 and 0.934 when
 two or three stacked prefix letters come off (``ובבית`` -> ``בית``): deeper stripping adds more
 false matches than it finds.

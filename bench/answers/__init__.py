@@ -1,0 +1,1 @@
+"""Answers: answer quality per answer mode."""

@@ -1,0 +1,1 @@
+"""Chat: the chat service's own overhead and concurrent streaming sessions."""

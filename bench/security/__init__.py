@@ -1,0 +1,1 @@
+"""Security: auth, rate limits, hostile inputs, fuzzing, faults (the ``security`` report)."""
