@@ -218,6 +218,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "cores": os.cpu_count(),
         "model": MODEL,
         "ragbot_precision": embedder.resolved_precision,
+        "load_average_at_start": round(os.getloadavg()[0], 2),
         "docs_per_set": args.docs,
         "storm_pages": args.storm,
         "missing_sets": [s for s in SETS if not (data / s).is_dir()],
@@ -314,6 +315,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             result["ping_storm_vs_reindex"] = round(
                 result["ping_storm_paragraphs_per_s"] / result["reindex_paragraphs_per_s"], 3
             )
+    result["load_average_at_end"] = round(os.getloadavg()[0], 2)
     keys = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=500)]
     if keys:
         await redis.delete(*keys)
