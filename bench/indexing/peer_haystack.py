@@ -1,9 +1,9 @@
-"""Haystack's side of ``bench/indexing_peer.py``: its documented indexing pipeline, timed.
+"""Haystack's side of ``bench/indexing/peer.py``: its documented indexing pipeline, timed.
 
 ``SentenceTransformersDocumentEmbedder`` (the same packaged all-MiniLM-L6-v2 folder, CPU, its default
 batch of 32, the title embedded with the text through ``meta_fields_to_embed``) → ``DocumentWriter``
 into an ``InMemoryDocumentStore``. The model loads in ``warm_up`` before the clock starts, as ragbot's
-does. Haystack is a bench-only dependency: ``bench/indexing_peer.py`` runs this file with
+does. Haystack is a bench-only dependency: ``bench/indexing/peer.py`` runs this file with
 ``uv run --with haystack-ai --with sentence-transformers-haystack`` (Haystack 3 keeps the
 sentence-transformers components in that integration package), so ``make test`` never installs it.
 
