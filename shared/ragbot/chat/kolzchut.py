@@ -58,9 +58,9 @@ class KolZchutConfig(BaseModel):
 
     version: int = 0
     model: str = Field(min_length=1, max_length=200)
-    num_of_pages: int = Field(ge=1, le=100)
+    num_of_pages: int = Field(ge=1)  # the upper bound is the deployment's (ConfigStore.check names it)
     add_current_page_to_search: bool
-    temperature: float = Field(ge=0.0, le=2.0)
+    temperature: float  # its range is checked by ConfigStore.check, which names the field
     system_prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS)
     user_prompt: str = Field(min_length=1, max_length=PROMPT_MAX_CHARS)
     banned_fields: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=200)
