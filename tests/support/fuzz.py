@@ -265,8 +265,8 @@ def _read_json(path: Path) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def har_exchanges(path: Path) -> list[tuple[str, str, int]]:
-    """(method, path, status) of every exchange the HAR recorded."""
+def har_exchanges(path: Path) -> list[tuple[str, str, int, str]]:
+    """(method, path, status, response body) of every exchange the HAR recorded."""
     if not path.is_file():
         return []
     har = json.loads(path.read_text(encoding="utf-8"))
@@ -275,6 +275,7 @@ def har_exchanges(path: Path) -> list[tuple[str, str, int]]:
             str(entry["request"]["method"]),
             httpx.URL(str(entry["request"]["url"])).path,
             int(entry.get("response", {}).get("status", 0)),
+            str(entry.get("response", {}).get("content", {}).get("text", "")),
         )
         for entry in har.get("log", {}).get("entries", [])
     ]
