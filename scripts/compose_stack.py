@@ -242,7 +242,9 @@ class Stack:
             lookups = job.pop("dns_sd_configs", None)
             if lookups:
                 names = [n for lookup in lookups for n in lookup["names"]]
-                targets = sorted({f"127.0.0.1:{PORTS[n.removesuffix('-gpu')]}" for n in names})
+                # The GPU and beat variants are other embedder workers (not started here): the same port.
+                base = {n.removesuffix("-gpu").removesuffix("-beat") for n in names}
+                targets = sorted({f"127.0.0.1:{PORTS[n]}" for n in base})
                 job["static_configs"] = [{"targets": targets}]
             for static in job.get("static_configs", []):
                 static["targets"] = [
