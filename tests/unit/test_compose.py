@@ -410,3 +410,27 @@ def test_cluster_profile_is_three_nodes_with_one_replica_and_two_workers(tmp_pat
     hosts = {h.split("//")[1].split(":")[0] for h in ragbot_env["RAGBOT_STORE_ES_URL"].split(",")}
     assert hosts == set(nodes), "every service must know every node, to survive the loss of one"
     assert str(services["embedder"]["deploy"]["replicas"]) == "2"
+
+
+def test_the_compose_smoke_maps_every_prometheus_lookup_to_a_loopback_port(tmp_path: Path) -> None:
+    """``make test-compose`` rewrites deploy/prometheus's DNS lookups to the host network's ports; a
+    lookup it cannot map (a new worker variant) must fail here, not at the start of the CI stage."""
+    import importlib.util
+    import sys
+    import types
+
+    script = ROOT / "scripts" / "compose_stack.py"
+    spec = importlib.util.spec_from_file_location("compose_stack_script", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        stack = types.SimpleNamespace(prometheus_dir=tmp_path, secrets=lambda: {"METRICS_API_KEY": "k"})
+        module.Stack.write_prometheus(stack)
+    finally:
+        sys.modules.pop(spec.name, None)
+    written = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    embedder = next(job for job in written["scrape_configs"] if job["job_name"] == "embedder")
+    assert embedder["static_configs"] == [{"targets": [f"127.0.0.1:{module.PORTS['embedder']}"]}]
+    assert all("dns_sd_configs" not in job for job in written["scrape_configs"])
