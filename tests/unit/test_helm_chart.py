@@ -112,6 +112,11 @@ def test_four_deployments_with_probes_resources_and_their_module(default: list[d
     assert set(services) == {f"rb-ragbot-{s}" for s in SERVICES}
     chat_env = env_of(deployments["rb-ragbot-chat"])
     # The services call each other by name, so every one answers to those names (besides loopback).
+    # The worker fetches what pings name, so it checks the same callback allow-list as ingest.
+    ingest_env = env_of(deployments["rb-ragbot-ingest"])
+    worker_env = env_of(deployments["rb-ragbot-embedder"])
+    allowed = "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS"
+    assert worker_env[allowed]["value"] == ingest_env[allowed]["value"] == '["www.kolzchut.org.il"]'
     hosts = json.loads(chat_env["RAGBOT_HTTP_TRUSTED_HOSTS"]["value"])
     assert hosts == [f"rb-ragbot-{s}" for s in ("ingest", "retriever", "chat")]
     assert chat_env["RAGBOT_CHAT_RETRIEVER_URL"]["value"] == "http://rb-ragbot-retriever:8002"
