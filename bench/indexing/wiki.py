@@ -23,10 +23,27 @@ write (the change is saved) until the retriever answers as the wiki now reads, p
   retriever serves it); ``storm_settled_s`` (from the first write until all was served) and the
   questions' latency and errors.
 
-These are the polling path's figures; the ping path needs the ChatbotRagContent extension, which the
-test wiki does not run. Run: ``uv run python -m bench.indexing.wiki [--pages 8] [--storm-pages 100]
-[--poll-interval 2]`` (needs ``RAGBOT_TEST_REDIS_URL`` and ``RAGBOT_TEST_MEDIAWIKI_*``; writes
-``bench/results/wiki.json``).
+The ping path (``ping_*`` keys) runs when local checkouts of Kol-Zchut's ChatbotRagContent and the two
+extensions it needs are given (``--chatbotragcontent DIR --articletype DIR --articlecontentarea DIR``):
+``bench/indexing/kolzchut_wiki.py`` loads them into a bench-only wiki of its own (its own port, run dir
+and ``RAGBOT_SERVICES_OWNER``) whose ``$wgChatbotRagContentPingURL`` is the bench's ingest, with a job
+runner beside it. Ingest, the worker (no beat: nothing polls) and the retriever then follow that wiki by
+its pings alone (``tests/support/wiki_stack.py`` ``ping_stack``). ``SEED_PAGES`` pages are indexed first
+(so that one delete stays under reconcile's guard share), then ``--ping-pages`` pages are each created,
+edited, moved and deleted one at a time, timed as above:
+
+- ``ping_edit_to_retrievable_p50_s`` / ``_p95_s``: edit → job → ping → fetch from the content route →
+  retrievable; target p95 ≤ 5 s;
+- ``ping_move_to_renamed_p50_s`` / ``_p95_s``: the extension pings the moved page's id;
+- ``ping_delete_to_gone_p50_s`` / ``_p95_s``: the extension's delete ping names no page (``page_id: 0``);
+  ingest reconciles against the wiki's page list ``--delete-window`` seconds after it; target ≤ that
+  window + 5 s.
+
+Without the checkouts the ping part is skipped (the run says why) and the polling part still runs. The
+keys each part writes replace only their own in ``bench/results/wiki.json``. Run: ``uv run python -m
+bench.indexing.wiki [--pages 8] [--storm-pages 100] [--poll-interval 2] [--chatbotragcontent DIR
+--articletype DIR --articlecontentarea DIR] [--no-polling]`` (needs ``RAGBOT_TEST_REDIS_URL`` and, for
+polling, ``RAGBOT_TEST_MEDIAWIKI_*``).
 """
 
 from __future__ import annotations
@@ -43,6 +60,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +71,18 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.mediawiki import WikiSession  # noqa: E402
-from support.wiki_stack import PollingStack, polling_stack  # noqa: E402
+from support.wiki_stack import WikiStack, ping_stack, polling_stack  # noqa: E402
 
+from bench.indexing.kolzchut_wiki import (  # noqa: E402
+    EXTENSIONS,
+    JOB_RUNNER_DESCRIPTION,
+    ExtensionDirs,
+    extension_dirs,
+    extension_wiki,
+    page_list_url,
+)
 from ragbot.dev.mediawiki import sample_wikitext  # noqa: E402
-from ragbot.dev.servers import load_pages  # noqa: E402
+from ragbot.dev.servers import free_port, load_pages  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "wiki.json"
 SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
@@ -77,6 +104,10 @@ QUESTIONS = (
 )
 STORM_EDITED, STORM_EDITS_EACH, STORM_DELETED, STORM_MOVED, STORM_RESTORED = 20, 3, 10, 5, 2
 PAGE_TEXT_CHARS = 1500  # the head of a sample page: a storm of 100 stays a few minutes on two cores
+PING_TARGET_S = 5.0
+# Indexed before the timed pages: a delete then removes 1 of at least 8 pages, under reconcile's guard
+# (RAGBOT_INGEST_RECONCILE_MAX_REMOVE_SHARE, 0.2), as one delete among a real wiki's pages would.
+SEED_PAGES = 6
 
 
 def word() -> str:
@@ -118,14 +149,14 @@ def page_texts() -> list[str]:
     return texts
 
 
-def timed(stack: PollingStack, check: Callable[[], object], *, what: str) -> float:
+def timed(stack: WikiStack, check: Callable[[], object], *, what: str) -> float:
     """Seconds until ``check`` holds, probed every PROBE_EVERY_S (the clock starts before the call)."""
     start = time.monotonic()
     stack.wait_for(check, timeout_s=FOLLOW_TIMEOUT_S, what=what, every_s=PROBE_EVERY_S)
     return time.monotonic() - start
 
 
-def follow_one(stack: PollingStack, wiki: WikiSession, *, n: int, body: str) -> tuple[float, float, float]:
+def follow_one(stack: WikiStack, wiki: WikiSession, *, n: int, body: str) -> tuple[float, float, float]:
     """Create a page (untimed), then time its edit, its move and its delete: (edit, move, delete) s."""
     first, second = word(), word()
     title = wiki.title(f"זמן {n}")
@@ -145,7 +176,7 @@ def follow_one(stack: PollingStack, wiki: WikiSession, *, n: int, body: str) -> 
     return edit, move, delete
 
 
-def latencies(stack: PollingStack, wiki: WikiSession, *, pages: int) -> dict[str, Any]:
+def latencies(stack: WikiStack, wiki: WikiSession, *, pages: int) -> dict[str, Any]:
     """``pages`` pages followed one at a time, so each latency is measured alone."""
     texts = page_texts()
     edits: list[float] = []
@@ -218,7 +249,7 @@ def asking(url: str) -> Iterator[Questions]:
         thread.join(timeout=120)
 
 
-def served(stack: PollingStack, page: StormPage) -> bool:
+def served(stack: WikiStack, page: StormPage) -> bool:
     """Whether the retriever serves the page as the wiki has it (or not at all, when deleted)."""
     response = stack.retriever.get(f"/v1/pages/{page.page_id}")
     if page.deleted:
@@ -231,7 +262,7 @@ def served(stack: PollingStack, page: StormPage) -> bool:
     )
 
 
-def watch(stack: PollingStack, pages: list[StormPage], stop: threading.Event) -> None:
+def watch(stack: WikiStack, pages: list[StormPage], stop: threading.Event) -> None:
     """Note when each created page is first served (any of its revisions), until told to stop."""
     with httpx.Client(base_url=str(stack.retriever.base_url), timeout=60.0) as client:
         while not stop.is_set():
@@ -246,7 +277,7 @@ def watch(stack: PollingStack, pages: list[StormPage], stop: threading.Event) ->
             stop.wait(PROBE_EVERY_S)
 
 
-def storm(stack: PollingStack, wiki: WikiSession, *, size: int) -> dict[str, Any]:
+def storm(stack: WikiStack, wiki: WikiSession, *, size: int) -> dict[str, Any]:
     """Create ``size`` pages, edit, delete, move and restore some, then check the index equals the wiki."""
     texts = page_texts()
     pages: list[StormPage] = []
@@ -322,7 +353,7 @@ def storm(stack: PollingStack, wiki: WikiSession, *, size: int) -> dict[str, Any
     }
 
 
-def served_any(stack: PollingStack, page: StormPage) -> bool:
+def served_any(stack: WikiStack, page: StormPage) -> bool:
     """Whether the retriever still serves any paragraph of the page."""
     return bool(stack.retriever.get(f"/v1/pages/{page.page_id}").status_code == 200)
 
@@ -340,15 +371,25 @@ def wiki_session() -> WikiSession:
     return session
 
 
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the machine is shared: figures are read beside them)."""
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def redis_url() -> str:
+    return os.environ.get("RAGBOT_TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
+
+
 def measure(*, pages: int, storm_pages: int, poll_interval_s: float) -> dict[str, Any]:
-    redis_url = os.environ.get("RAGBOT_TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
+    """The polling part, on the shared test wiki."""
     wiki = wiki_session()
     started = time.monotonic()
+    load_before = load_average()
     try:
         with (
             tempfile.TemporaryDirectory(prefix="ragbot-bench-wiki-") as tmp,
             polling_stack(
-                redis_url=redis_url,
+                redis_url=redis_url(),
                 api_url=wiki.api_url,
                 tmp=Path(tmp),
                 poll_interval_s=poll_interval_s,
@@ -372,9 +413,107 @@ def measure(*, pages: int, storm_pages: int, poll_interval_s: float) -> dict[str
         "model": "multilingual-e5-small",
         **figures,
         "wall_s": round(time.monotonic() - started, 1),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
         "cpu": cpu_name(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+    }
+
+
+def seed(stack: WikiStack, wiki: WikiSession, *, count: int) -> None:
+    """Create ``count`` pages and wait until each is retrievable (untimed)."""
+    texts = page_texts()
+    for n in range(count):
+        marker = word()
+        wiki.edit(wiki.title(f"בסיס {n}"), f"{marker}\n{texts[n % len(texts)]}")
+        stack.wait_for(partial(stack.holding, marker), timeout_s=FOLLOW_TIMEOUT_S, what=f"seed page {n}")
+
+
+def errors_logged(folder: Path) -> int:
+    """ERROR (or worse) lines in the services' JSON logs and failed jobs in the wiki's job runner logs."""
+    count = 0
+    for path in [*folder.glob("*.log"), *folder.glob("wiki/run/mediawiki-*/jobs-*.log")]:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if '"level": "ERROR"' in line or '"level": "CRITICAL"' in line or " error=" in line:
+                count += 1
+    return count
+
+
+@contextmanager
+def work_folder(keep: Path | None) -> Iterator[str]:
+    """``keep`` (created, left in place for the logs) or a temporary folder removed afterwards."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield str(keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="ragbot-bench-wiki-ping-") as tmp:
+        yield tmp
+
+
+def measure_ping(
+    *, dirs: ExtensionDirs, pages: int, delete_window_s: float, keep: Path | None = None
+) -> dict[str, Any]:
+    """The ping part: a bench-only wiki running the real ChatbotRagContent, followed by its pings alone."""
+    started = time.monotonic()
+    load_before = load_average()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with (
+        work_folder(keep) as tmp,
+        ping_stack(
+            redis_url=redis_url(),
+            list_url=page_list_url(url),
+            tmp=Path(tmp),
+            definition=DEFINITION,
+            delete_window_s=delete_window_s,
+            extra_env={"RAGBOT_RATE_LIMIT_ENABLED": "false"},
+        ) as stack,
+        extension_wiki(
+            dirs=dirs,
+            folder=Path(tmp) / "wiki",
+            port=port,
+            ping_url=str(stack.ingest.base_url.join("/v1/pages/changed")),
+            namespaces=[0],
+        ) as extension,
+    ):
+        wiki = WikiSession(
+            url=extension.url,
+            user=os.environ.get("MW_ADMIN_USER", "Admin"),
+            password=os.environ.get("MW_ADMIN_PASSWORD", "ragbot-test-admin-password"),
+            config_file=str(extension.config_file),
+            prefix=f"Ragbot bench {uuid.uuid4().hex[:8]} ",
+        )
+        wiki.login()
+        try:
+            seed(stack, wiki, count=SEED_PAGES)
+            figures = latencies(stack, wiki, pages=pages)
+            stack.assert_alive()
+            dead = stack.dead_letters()
+        finally:
+            wiki.close()
+        errors = errors_logged(Path(tmp))
+    return {
+        "ping_path": "ChatbotRagContent's ragUpdate job pings POST /v1/pages/changed; "
+        "its delete ping (page_id 0) reconciles against the wiki's allpages list after the window",
+        "ping_wiki": "a bench-only MediaWiki 1.39 (Debian), SQLite, PHP built-in server, no polling",
+        "ping_job_runner": JOB_RUNNER_DESCRIPTION,
+        "ping_extensions": extension.extensions,
+        "ping_compat": extension.compat,
+        "ping_target_s": PING_TARGET_S,
+        "ping_delete_window_s": delete_window_s,
+        "ping_delete_target_s": delete_window_s + 5.0,
+        "ping_seed_pages": SEED_PAGES,
+        **{f"ping_{key}": value for key, value in figures.items()},
+        "ping_dead_letters": len(dead),
+        "ping_errors_logged": errors,
+        "ping_wall_s": round(time.monotonic() - started, 1),
+        "ping_measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ping_load_average_before": load_before,
+        "ping_load_average_after": load_average(),
+        "cpu": cpu_name(),
+        "cpus": os.cpu_count(),
     }
 
 
@@ -383,14 +522,50 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=8, help="pages edited, moved and deleted one at a time")
     parser.add_argument("--storm-pages", type=int, default=100, help="pages the storm creates (0: no storm)")
     parser.add_argument("--poll-interval", type=float, default=2.0, help="RAGBOT_MEDIAWIKI_POLL_INTERVAL_S")
+    parser.add_argument("--no-polling", action="store_true", help="run only the ping part")
+    for option, (name, repo) in EXTENSIONS.items():
+        env = f"RAGBOT_BENCH_{option.upper()}"
+        parser.add_argument(
+            f"--{option}",
+            type=Path,
+            default=os.environ.get(env) or None,
+            metavar="DIR",
+            help=f"a local checkout of {name} ({repo}) for the ping part [{env}]",
+        )
+    parser.add_argument("--ping-pages", type=int, default=8, help="pages the ping part follows one at a time")
+    parser.add_argument(
+        "--delete-window",
+        type=float,
+        default=None,
+        help="RAGBOT_INGEST_DELETE_RECONCILE_DELAY_S for the ping part (default: the poll interval)",
+    )
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR", help="the ping part's logs go here")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    result = measure(pages=args.pages, storm_pages=args.storm_pages, poll_interval_s=args.poll_interval)
-    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    dirs = extension_dirs({option: getattr(args, option) for option in EXTENSIONS})
+    if isinstance(dirs, str):
+        print(f"ping part skipped: {dirs}", flush=True)
+    result: dict[str, Any] = {}
+    if not args.no_polling:
+        result.update(
+            measure(pages=args.pages, storm_pages=args.storm_pages, poll_interval_s=args.poll_interval)
+        )
+    if not isinstance(dirs, str):
+        window = args.poll_interval if args.delete_window is None else args.delete_window
+        result.update(measure_ping(dirs=dirs, pages=args.ping_pages, delete_window_s=window, keep=args.keep))
+    # Each part replaces only its own keys: the other part's figures from an earlier run stay.
+    kept = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
+    written = {**kept, **result}
+    args.out.write_text(json.dumps(written, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2, ensure_ascii=False))
     failed = (
         result.get("storm_missing") or result.get("storm_stale_found") or result.get("storm_deleted_found")
     )
+    if "ping_edit_to_retrievable_p95_s" in result:
+        ping_met = (result["ping_edit_to_retrievable_p95_s"] or 0) <= result["ping_target_s"] and (
+            result["ping_delete_to_gone_p95_s"] or 0
+        ) <= result["ping_delete_target_s"]
+        print(f"ping targets {'met' if ping_met else 'NOT met'}", flush=True)
     return 1 if failed else 0
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.mediawiki import WikiSession
-from support.wiki_stack import PollingStack, polling_stack
+from support.wiki_stack import WikiStack, polling_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -32,7 +32,7 @@ DEFINITION = {
 @pytest.fixture(scope="module")
 def stack(
     redis_url: str, mediawiki_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[PollingStack]:
+) -> Iterator[WikiStack]:
     with polling_stack(
         redis_url=redis_url,
         api_url=f"{mediawiki_url}/api.php",
@@ -47,7 +47,7 @@ def marker() -> str:
     return "mark" + uuid.uuid4().hex[:12]
 
 
-def test_the_index_follows_the_wiki_by_polling(stack: PollingStack, wiki: WikiSession) -> None:
+def test_the_index_follows_the_wiki_by_polling(stack: WikiStack, wiki: WikiSession) -> None:
     first, second = marker(), marker()
     title = wiki.title("מעקב")
     created = wiki.edit(title, f"== זכאות ==\nגרסה ראשונה של הדף, {first}.")

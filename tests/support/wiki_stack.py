@@ -1,7 +1,11 @@
-"""A stack that follows the real test MediaWiki by polling: ingest, the embedder worker (Celery beat sends
-``embedder.poll_mediawiki``) and the retriever as real processes, on the embedded store, with a Redis
-key prefix and queue of their own. Nothing pings or pushes: ingest is there to report what is indexed.
-Used by tests/e2e/test_mediawiki_polling.py and bench/indexing/wiki.py."""
+"""A stack that follows a real MediaWiki: ingest, the embedder worker and the retriever as real processes,
+on the embedded store, with a Redis key prefix and queue of their own.
+
+- ``polling_stack``: Celery beat sends ``embedder.poll_mediawiki``; nothing pings or pushes, ingest is
+  there to report what is indexed (tests/e2e/test_mediawiki_polling.py, bench/indexing/wiki.py).
+- ``ping_stack``: no beat; the wiki's ChatbotRagContent pings ingest's ``/v1/pages/changed``, and its
+  delete ping (``page_id: 0``) makes ingest reconcile against ``list_url`` (bench/indexing/wiki.py
+  ``--chatbotragcontent``)."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ START_TIMEOUT_S = 300.0
 
 
 @dataclass
-class PollingStack:
+class WikiStack:
     """The running worker and retriever, and how to ask the retriever what it serves."""
 
     retriever: httpx.Client
@@ -110,11 +114,75 @@ def polling_stack(
     definition: Mapping[str, Any] | Path,
     namespaces: Sequence[int] = (0,),
     extra_env: Mapping[str, str] | None = None,
-) -> Iterator[PollingStack]:
+) -> Iterator[WikiStack]:
     """Start the worker (with beat) and the retriever, wait until the first poll (a full sync) is stored,
     and stop both and delete the run's Redis keys afterwards."""
+    polling = {
+        "RAGBOT_WORKER_BEAT": "true",
+        "RAGBOT_MEDIAWIKI_API_URL": api_url,
+        "RAGBOT_MEDIAWIKI_NAMESPACES": json.dumps(list(namespaces)),
+        "RAGBOT_MEDIAWIKI_POLL_INTERVAL_S": str(poll_interval_s),
+    }
+    with _stack(
+        redis_url=redis_url,
+        api_url=api_url,
+        tmp=tmp,
+        poll_interval_s=poll_interval_s,
+        definition=definition,
+        overrides={**polling, **(extra_env or {})},
+        name="wikipoll",
+    ) as stack:
+        stack.wait_for(
+            stack.polled_once, timeout_s=START_TIMEOUT_S, what="the first poll (full sync)", every_s=0.5
+        )
+        yield stack
+
+
+@contextmanager
+def ping_stack(
+    *,
+    redis_url: str,
+    list_url: str,
+    tmp: Path,
+    definition: Mapping[str, Any] | Path,
+    delete_window_s: float,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[WikiStack]:
+    """Start ingest, the worker (no beat: nothing polls) and the retriever for a wiki that pings; a delete
+    ping reconciles against ``list_url`` ``delete_window_s`` after it came. Stop all and delete the run's
+    Redis keys afterwards."""
+    pinged = {
+        "RAGBOT_WORKER_BEAT": "false",
+        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
+        "RAGBOT_INGEST_WIKI_LIST_URL": list_url,
+        "RAGBOT_INGEST_DELETE_RECONCILE_DELAY_S": str(delete_window_s),
+    }
+    with _stack(
+        redis_url=redis_url,
+        api_url=list_url,
+        tmp=tmp,
+        poll_interval_s=0.0,
+        definition=definition,
+        overrides={**pinged, **(extra_env or {})},
+        name="wikiping",
+    ) as stack:
+        yield stack
+
+
+@contextmanager
+def _stack(
+    *,
+    redis_url: str,
+    api_url: str,
+    tmp: Path,
+    poll_interval_s: float,
+    definition: Mapping[str, Any] | Path,
+    overrides: Mapping[str, str],
+    name: str,
+) -> Iterator[WikiStack]:
+    """Ingest, the worker and the retriever with ``overrides`` on top of what every wiki stack shares."""
     run_id = uuid.uuid4().hex[:10]
-    prefix = queue = f"wikipoll-{run_id}"
+    prefix = queue = f"{name}-{run_id}"
     if isinstance(definition, Path):
         definition_path = definition
     else:
@@ -136,12 +204,8 @@ def polling_stack(
             "RAGBOT_WORKER_QUEUE": queue,
             "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
             "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-            "RAGBOT_WORKER_BEAT": "true",
             "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-            "RAGBOT_MEDIAWIKI_API_URL": api_url,
-            "RAGBOT_MEDIAWIKI_NAMESPACES": json.dumps(list(namespaces)),
-            "RAGBOT_MEDIAWIKI_POLL_INTERVAL_S": str(poll_interval_s),
-            **(extra_env or {}),
+            **overrides,
         }
     )
     processes = [
@@ -166,7 +230,7 @@ def polling_stack(
             proc.start()
         for proc in processes:
             proc.wait_healthy(timeout_s=START_TIMEOUT_S)
-        stack = PollingStack(
+        yield WikiStack(
             retriever=retriever,
             ingest=ingest,
             processes=processes,
@@ -175,10 +239,6 @@ def polling_stack(
             api_url=api_url,
             poll_interval_s=poll_interval_s,
         )
-        stack.wait_for(
-            stack.polled_once, timeout_s=START_TIMEOUT_S, what="the first poll (full sync)", every_s=0.5
-        )
-        yield stack
     finally:
         for proc in processes:
             proc.stop()
