@@ -431,6 +431,24 @@ def seed(stack: WikiStack, wiki: WikiSession, *, count: int) -> None:
         stack.wait_for(partial(stack.holding, marker), timeout_s=FOLLOW_TIMEOUT_S, what=f"seed page {n}")
 
 
+def restore_and_move_out(stack: WikiStack, wiki: WikiSession, *, n: int, body: str) -> tuple[float, float]:
+    """A page deleted (untimed until gone), then restored and timed until retrievable again (the
+    extension pings the restored page with its old revision), then moved out of the indexed namespace
+    and timed until gone (the extension pings its id; the content route answers 404 "irrelevant title")."""
+    marker = word()
+    title = wiki.title(f"שחזור {n}")
+    wiki.edit(title, f"{marker}\n{body}")
+    stack.wait_for(partial(stack.holding, marker), timeout_s=FOLLOW_TIMEOUT_S, what=f"page {title} created")
+    wiki.delete(title)
+    stack.wait_for(lambda: stack.holding(marker) == [], timeout_s=FOLLOW_TIMEOUT_S, what=f"{title} gone")
+    wiki.undelete(title)
+    restore = timed(stack, partial(stack.holding, marker), what=f"{title} restored")
+    wiki.move(title, f"שיחה:{title}", redirect=False)
+    move_out = timed(stack, lambda: stack.holding(marker) == [], what=f"{title} moved out of namespace 0")
+    print(f"restore {n}: restored {restore:.2f} s, moved out {move_out:.2f} s", flush=True)
+    return restore, move_out
+
+
 def errors_logged(folder: Path) -> int:
     """ERROR (or worse) lines in the services' JSON logs and failed jobs in the wiki's job runner logs."""
     count = 0
@@ -453,7 +471,12 @@ def work_folder(keep: Path | None) -> Iterator[str]:
 
 
 def measure_ping(
-    *, dirs: ExtensionDirs, pages: int, delete_window_s: float, keep: Path | None = None
+    *,
+    dirs: ExtensionDirs,
+    pages: int,
+    delete_window_s: float,
+    restores_count: int = 3,
+    keep: Path | None = None,
 ) -> dict[str, Any]:
     """The ping part: a bench-only wiki running the real ChatbotRagContent, followed by its pings alone."""
     started = time.monotonic()
@@ -489,6 +512,18 @@ def measure_ping(
         try:
             seed(stack, wiki, count=SEED_PAGES)
             figures = latencies(stack, wiki, pages=pages)
+            texts = page_texts()
+            restores: list[float] = []
+            moves_out: list[float] = []
+            for n in range(restores_count):
+                restore, move_out = restore_and_move_out(stack, wiki, n=n, body=texts[n % len(texts)])
+                restores.append(restore)
+                moves_out.append(move_out)
+            figures |= {
+                **spread("restore_to_retrievable", restores),
+                **spread("move_out_to_gone", moves_out),
+                "restores": restores_count,
+            }
             stack.assert_alive()
             dead = stack.dead_letters()
         finally:
