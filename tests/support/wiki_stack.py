@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import httpx
 import redis
 
-from ragbot.dev.servers import ServiceProcess, free_port, local_service
+from ragbot.dev.servers import ServiceProcess, free_port
 from ragbot.messaging.wiki_poll import cursor_key
-from support.processes import delete_redis_prefix, service_env
+from support.processes import delete_redis_prefix, stack_env, stack_processes
 
 T = TypeVar("T")
 START_TIMEOUT_S = 300.0
@@ -121,44 +121,22 @@ def polling_stack(
         definition_path = tmp / "definition.json"
         definition_path.write_text(json.dumps(definition), encoding="utf-8")
     ports = {"ingest": free_port(), "retriever": free_port(), "worker": free_port()}
-    env = service_env(
-        {
-            "RAGBOT_DOCUMENT_DEFINITION": str(definition_path),
-            "RAGBOT_DEVICE": "cpu",
-            "RAGBOT_REDIS_URL": redis_url,
-            "RAGBOT_REDIS_KEY_PREFIX": prefix,
-            "RAGBOT_STORE_BACKEND": "embedded",
-            "RAGBOT_STORE_EMBEDDED_PATH": str(tmp / "ragbot.sqlite3"),
-            "RAGBOT_INGEST_HOST": "127.0.0.1",
-            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-            "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
-            "RAGBOT_WORKER_QUEUE": queue,
-            "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
+    env = stack_env(
+        definition=definition_path,
+        redis_url=redis_url,
+        prefix=prefix,
+        tmp=tmp,
+        ports=ports,
+        queue=queue,
+        overrides={
             "RAGBOT_WORKER_BEAT": "true",
-            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
             "RAGBOT_MEDIAWIKI_API_URL": api_url,
             "RAGBOT_MEDIAWIKI_NAMESPACES": json.dumps(list(namespaces)),
             "RAGBOT_MEDIAWIKI_POLL_INTERVAL_S": str(poll_interval_s),
             **(extra_env or {}),
-        }
+        },
     )
-    processes = [
-        local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
-        local_service(
-            "worker",
-            module="ragbot_embedder",
-            port=ports["worker"],
-            env=env,
-            log_dir=tmp,
-            cwd=tmp,
-            health="readyz",
-        ),
-        local_service(
-            "retriever", module="ragbot_retriever", port=ports["retriever"], env=env, log_dir=tmp, cwd=tmp
-        ),
-    ]
+    processes = stack_processes(ports, env, log_dir=tmp, cwd=tmp)
     retriever = httpx.Client(base_url=f"http://127.0.0.1:{ports['retriever']}", timeout=60.0)
     ingest = httpx.Client(base_url=f"http://127.0.0.1:{ports['ingest']}", timeout=60.0)
     try:
