@@ -148,7 +148,7 @@ def measure_pipeline() -> dict[str, Any]:
 def measure_settle(timeout_s: float = 3600.0) -> dict[str, Any]:
     """``sample_wiki_settle_s``: 39 pages pinged at once until all are searchable on Elasticsearch."""
     from support.fake_wiki import FakeWiki
-    from support.processes import delete_es_prefix, delete_redis_prefix, free_port, local_service, service_env
+    from support.processes import delete_es_prefix, delete_redis_prefix, free_port, stack_env, stack_processes
 
     records = load_records()
     redis_url = os.environ.get("RAGBOT_TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
@@ -157,37 +157,18 @@ def measure_settle(timeout_s: float = 3600.0) -> dict[str, Any]:
     ports = {"ingest": free_port(), "worker": free_port()}
     with tempfile.TemporaryDirectory(prefix="ragbot-bench-settle-") as tmp_name:
         tmp = Path(tmp_name)
-        env = service_env(
-            {
-                "RAGBOT_LOG_LEVEL": "WARNING",
-                "RAGBOT_DOCUMENT_DEFINITION": str(ROOT / "config" / "definition.json"),
-                "RAGBOT_REDIS_URL": redis_url,
-                "RAGBOT_REDIS_KEY_PREFIX": prefix,
-                "RAGBOT_STORE_BACKEND": "elasticsearch",
-                "RAGBOT_STORE_ES_URL": es_url,
-                "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
-                "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
-                "RAGBOT_WORKER_QUEUE": prefix,
-                "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-                "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-            }
+        env = stack_env(
+            definition=ROOT / "config" / "definition.json",
+            redis_url=redis_url,
+            prefix=prefix,
+            tmp=tmp,
+            ports=ports,
+            store="elasticsearch",
+            es_url=es_url,
+            overrides={"RAGBOT_LOG_LEVEL": "WARNING"},
         )
         wiki = FakeWiki().start()
-        procs = [
-            local_service(
-                "ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp
-            ),
-            local_service(
-                "worker",
-                module="ragbot_embedder",
-                port=ports["worker"],
-                env=env,
-                log_dir=tmp,
-                cwd=tmp,
-                health="readyz",
-            ),
-        ]
+        procs = stack_processes(ports, env, log_dir=tmp, cwd=tmp)
         try:
             for proc in procs:
                 proc.start()

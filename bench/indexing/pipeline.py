@@ -54,8 +54,8 @@ from support.processes import (  # noqa: E402
     delete_es_prefix,
     delete_redis_prefix,
     free_port,
-    local_service,
-    service_env,
+    stack_env,
+    stack_processes,
 )
 
 from ragbot.definition import parse_definition  # noqa: E402
@@ -266,37 +266,18 @@ def services(
     definition = tmp / "definition.json"
     definition.write_text(json.dumps(DEFINITION_RAW), encoding="utf-8")
     ports = {"ingest": free_port(), "worker": free_port()}
-    env = service_env(
-        {
-            "RAGBOT_LOG_LEVEL": "WARNING",
-            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-            "RAGBOT_DEVICE": "cpu",
-            "RAGBOT_REDIS_URL": redis_url,
-            "RAGBOT_REDIS_KEY_PREFIX": prefix,
-            "RAGBOT_STORE_BACKEND": "elasticsearch",
-            "RAGBOT_STORE_ES_URL": es_url,
-            "RAGBOT_STORE_ES_INDEX_PREFIX": prefix,
-            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
-            "RAGBOT_INGEST_MAX_PAGE_BYTES": str(8 * 1024 * 1024),
-            "RAGBOT_WORKER_QUEUE": prefix,
-            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-        }
+    env = stack_env(
+        definition=definition,
+        redis_url=redis_url,
+        prefix=prefix,
+        tmp=tmp,
+        ports=ports,
+        store="elasticsearch",
+        es_url=es_url,
+        overrides={"RAGBOT_LOG_LEVEL": "WARNING", "RAGBOT_INGEST_MAX_PAGE_BYTES": str(8 * 1024 * 1024)},
     )
     wiki = FakeWiki().start()
-    procs = [
-        local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
-        local_service(
-            "worker",
-            module="ragbot_embedder",
-            port=ports["worker"],
-            env=env,
-            log_dir=tmp,
-            cwd=tmp,
-            health="readyz",
-        ),
-    ]
+    procs = stack_processes(ports, env, log_dir=tmp, cwd=tmp)
     try:
         for proc in procs:
             proc.start()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.keys import Keys
-from support.browser import click, read_all, type_into, wait_one, wait_read, wait_until
+from support.browser import click, read_all, type_into, wait_one, wait_read, wait_script, wait_until
 from support.ui_stack import FAILING_PAGE_ID, SCREENSHOTS, WINDOW, UiStack
 from support.waits import poll
 
@@ -59,13 +59,17 @@ def watch_renders(driver: webdriver.Chrome) -> None:
 
 
 def ask(driver: webdriver.Chrome, question: str) -> dict[str, Any]:
-    """Type a question, press Enter, and wait for the answer to finish; returns the answer as read then."""
+    """Type a question, press Enter, and wait for the answer to finish; returns the answer as read then.
+
+    The answer is the last one, and the message before it is this question: an earlier conversation
+    the page was still restoring cannot pass for it."""
     before = len(read_all(driver, "li.msg-bot", id="1"))
     type_into(driver, "#question", question + Keys.ENTER)
+    asked = "(p => p && p.classList.contains('msg-user') ? p.innerText : '')(e.previousElementSibling)"
 
     def finished(d: webdriver.Chrome) -> dict[str, Any] | None:
-        items = read_all(d, "li.msg-bot", fields=ANSWER_FIELDS)
-        if len(items) <= before:
+        items = read_all(d, "li.msg-bot", fields=ANSWER_FIELDS, asked=asked)
+        if len(items) <= before or items[-1]["asked"].strip() != question:
             return None
         if items[-1]["state"] == "error":
             pytest.fail(f"the answer failed: {items[-1]['text']}")
@@ -159,6 +163,47 @@ def test_a_hebrew_conversation_is_laid_out_right_to_left_also_at_phone_width(
         driver.save_screenshot(str(SCREENSHOTS / "chat-phone-width.png"))
     finally:
         driver.set_window_size(*WINDOW)
+
+
+# Runs in the page before its own scripts: the first GET of a conversation (the page restoring it) waits
+# until the test releases it, so "New chat" can be pressed while the restore is still in flight.
+HOLD_RESTORE = """
+window.__restore = {pending: false, release: null};
+const realFetch = window.fetch.bind(window);
+window.fetch = (input, init) => {
+  const url = (typeof input === 'string' ? input : input.url).split('?')[0];
+  const method = ((init && init.method) || 'GET').toUpperCase();
+  if (method === 'GET' && /\\/v1\\/sessions\\/[^/]+$/.test(url) && !window.__restore.pending) {
+    window.__restore.pending = true;
+    return new Promise((resolve) => { window.__restore.release = () => resolve(realFetch(input, init)); });
+  }
+  return realFetch(input, init);
+};
+"""
+
+
+def test_new_chat_pressed_while_the_page_restores_a_conversation_stays_empty_of_it(
+    driver: webdriver.Chrome, ui_stack: UiStack
+) -> None:
+    driver.get(ui_stack.chat_url + "/")
+    click(driver, "#new-chat")
+    ask(driver, QUESTION)  # the tab now remembers this conversation, and a reload restores it
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOLD_RESTORE})
+    try:
+        driver.refresh()
+        wait_script(driver, "the page to start restoring the conversation", "return window.__restore.pending")
+        click(driver, "#new-chat")
+        driver.execute_script("window.__restore.release()")
+        answer = ask(driver, HEBREW_QUESTION)
+    finally:
+        driver.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]}
+        )
+    # The restore finished long before this answer (it was released first, and an answer takes several
+    # round trips): the conversation on screen is the new one alone.
+    questions = read_all(driver, "li.msg-user", text="e.innerText")
+    assert [q["text"] for q in questions] == [HEBREW_QUESTION], questions
+    assert len(read_all(driver, "li.msg-bot", id="1")) == 1, answer
 
 
 def test_an_uploaded_file_is_indexed_and_listed(

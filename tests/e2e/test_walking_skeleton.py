@@ -23,8 +23,8 @@ from support.processes import (
     delete_es_prefix,
     delete_redis_prefix,
     free_port,
-    local_service,
-    service_env,
+    stack_env,
+    stack_processes,
 )
 from support.waits import poll
 
@@ -105,52 +105,29 @@ def stack(
     backend: str = request.param
     es_url = request.getfixturevalue("es_url") if backend == "elasticsearch" else ""
     run_id = uuid.uuid4().hex[:10]
-    prefix, queue, index_prefix = f"e2e-{run_id}", f"e2e-{run_id}", f"e2e-{run_id}"
+    prefix = queue = f"e2e-{run_id}"
     tmp = tmp_path_factory.mktemp(f"stack-{backend}")
     definition = tmp / "definition.json"
     definition.write_text(json.dumps(TEST_DEFINITION), encoding="utf-8")
     ports = {"ingest": free_port(), "retriever": free_port(), "worker": free_port()}
-    env = service_env(
-        {
-            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-            "RAGBOT_DEVICE": "cpu",
-            "RAGBOT_REDIS_URL": redis_url,
-            "RAGBOT_REDIS_KEY_PREFIX": prefix,
-            "RAGBOT_STORE_BACKEND": backend,
-            "RAGBOT_STORE_EMBEDDED_PATH": str(tmp / "ragbot.sqlite3"),
-            "RAGBOT_STORE_ES_URL": es_url or "http://127.0.0.1:9",
-            "RAGBOT_STORE_ES_INDEX_PREFIX": index_prefix,
-            "RAGBOT_INGEST_HOST": "127.0.0.1",
-            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
+    env = stack_env(
+        definition=definition,
+        redis_url=redis_url,
+        prefix=prefix,
+        tmp=tmp,
+        ports=ports,
+        store=backend,
+        es_url=es_url,
+        queue=queue,
+        overrides={
             "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
-            "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-            "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
-            "RAGBOT_WORKER_QUEUE": queue,
             "RAGBOT_WORKER_MAX_RETRIES": str(MAX_RETRIES),
             "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
             "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
-            "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-        }
+        },
     )
     wiki = FakeWiki(load_pages()).start()
-    processes = [
-        local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
-        local_service(
-            "worker",
-            module="ragbot_embedder",
-            port=ports["worker"],
-            env=env,
-            log_dir=tmp,
-            cwd=tmp,
-            health="readyz",
-        ),
-        local_service(
-            "retriever", module="ragbot_retriever", port=ports["retriever"], env=env, log_dir=tmp, cwd=tmp
-        ),
-    ]
+    processes = stack_processes(ports, env, log_dir=tmp, cwd=tmp)
     ingest = httpx.Client(base_url=f"http://127.0.0.1:{ports['ingest']}", timeout=30.0)
     retriever = httpx.Client(base_url=f"http://127.0.0.1:{ports['retriever']}", timeout=60.0)
     try:
@@ -176,7 +153,7 @@ def stack(
         wiki.stop()
         delete_redis_prefix(redis_url, prefix)
         if es_url:
-            delete_es_prefix(es_url, index_prefix)
+            delete_es_prefix(es_url, prefix)
         # A clean SIGTERM stop, not a crash, for every service.
         assert all(code in (0, -15, None) for code in codes.values()), codes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import httpx
 import redis
@@ -18,7 +19,19 @@ __all__ = [
     "free_port",
     "local_service",
     "service_env",
+    "stack_env",
+    "stack_processes",
 ]
+
+# The settings prefix that names each process's own host and port.
+_PORT_SETTINGS = {"ingest": "INGEST", "retriever": "RETRIEVER", "chat": "CHAT", "worker": "WORKER_METRICS"}
+# Each process's module and the probe that says it can serve: the worker is ready once its models are.
+_PROCESSES = {
+    "ingest": ("ragbot_ingest", "healthz"),
+    "worker": ("ragbot_embedder", "readyz"),
+    "retriever": ("ragbot_retriever", "healthz"),
+    "chat": ("ragbot_chat", "readyz"),
+}
 
 
 def service_env(overrides: Mapping[str, str]) -> dict[str, str]:
@@ -36,6 +49,62 @@ def service_env(overrides: Mapping[str, str]) -> dict[str, str]:
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     return env
+
+
+def stack_env(
+    *,
+    definition: Path,
+    redis_url: str,
+    prefix: str,
+    tmp: Path,
+    ports: Mapping[str, int],
+    store: str = "embedded",
+    es_url: str = "",
+    queue: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """What every test and bench stack gives ingest, the worker, the retriever and chat: one definition,
+    one Redis prefix and queue, one store (the embedded file under ``tmp`` or Elasticsearch indices under
+    ``prefix``), each process on its loopback port from ``ports`` (``ingest``, ``retriever``, ``chat``,
+    ``worker`` for its metrics port), callbacks to loopback allowed; then ``overrides``."""
+    env = {
+        "RAGBOT_DOCUMENT_DEFINITION": str(definition),
+        "RAGBOT_DEVICE": "cpu",
+        "RAGBOT_REDIS_URL": redis_url,
+        "RAGBOT_REDIS_KEY_PREFIX": prefix,
+        "RAGBOT_STORE_BACKEND": store,
+        "RAGBOT_WORKER_QUEUE": queue or prefix,
+        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
+        "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
+    }
+    if store == "embedded":
+        env["RAGBOT_STORE_EMBEDDED_PATH"] = str(tmp / "ragbot.sqlite3")
+    else:
+        env["RAGBOT_STORE_ES_URL"] = es_url
+        env["RAGBOT_STORE_ES_INDEX_PREFIX"] = prefix
+    for service, port in ports.items():
+        setting = _PORT_SETTINGS[service]
+        env[f"RAGBOT_{setting}_HOST"] = "127.0.0.1"
+        env[f"RAGBOT_{setting}_PORT"] = str(port)
+    return service_env({**env, **(overrides or {})})
+
+
+def stack_processes(
+    ports: Mapping[str, int], env: Mapping[str, str], *, log_dir: Path, cwd: Path | None = None
+) -> list[ServiceProcess]:
+    """One process per entry of ``ports`` (as ``stack_env`` names them), in that order, not yet started."""
+    return [
+        local_service(
+            name,
+            module=_PROCESSES[name][0],
+            port=port,
+            env=env,
+            log_dir=log_dir,
+            cwd=cwd,
+            health=_PROCESSES[name][1],
+        )
+        for name, port in ports.items()
+    ]
 
 
 def delete_redis_prefix(url: str, prefix: str) -> None:

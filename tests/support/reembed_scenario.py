@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import redis
 
-from ragbot.dev.servers import LocalWiki, ServiceProcess, free_port, load_pages, local_service
-from support.processes import delete_es_prefix, delete_redis_prefix, service_env
+from ragbot.dev.servers import LocalWiki, ServiceProcess, free_port, load_pages
+from support.processes import delete_es_prefix, delete_redis_prefix, stack_env, stack_processes
 from support.waits import holds_within, poll
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "kolzchut" / "pages.jsonl"
@@ -99,48 +99,25 @@ class Stack:
         self.definition = tmp / "definition.json"
         self.definition.write_text(json.dumps(OLD_DEFINITION), encoding="utf-8")
         ports = {"ingest": free_port(), "retriever": free_port(), "worker": free_port()}
-        self.env = service_env(
-            {
-                "RAGBOT_DOCUMENT_DEFINITION": str(self.definition),
-                "RAGBOT_DEVICE": "cpu",
-                "RAGBOT_REDIS_URL": redis_url,
-                "RAGBOT_REDIS_KEY_PREFIX": self.prefix,
-                "RAGBOT_STORE_BACKEND": backend,
-                "RAGBOT_STORE_EMBEDDED_PATH": str(tmp / "ragbot.sqlite3"),
-                "RAGBOT_STORE_ES_URL": es_url or "http://127.0.0.1:9",
-                "RAGBOT_STORE_ES_INDEX_PREFIX": self.prefix,
-                "RAGBOT_INGEST_HOST": "127.0.0.1",
-                "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-                "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
+        self.env = stack_env(
+            definition=self.definition,
+            redis_url=redis_url,
+            prefix=self.prefix,
+            tmp=tmp,
+            ports=ports,
+            store=backend,
+            es_url=es_url,
+            overrides={
                 "RAGBOT_INGEST_REINDEX_BATCH_PAGES": "8",
-                "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-                "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
                 "RAGBOT_RETRIEVER_GENERATION_POLL_S": "0.3",
-                "RAGBOT_WORKER_QUEUE": self.prefix,
                 "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
                 "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
                 "RAGBOT_WORKER_REEMBED_DROP_AFTER_S": str(DROP_AFTER_S),
-                "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-                "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-                "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
                 "RAGBOT_TORCH_THREADS": "1",
-            }
+            },
         )
         self.wiki = LocalWiki([])
-        self.processes: list[ServiceProcess] = [
-            local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=self.env, log_dir=tmp),
-            local_service(
-                "worker",
-                module="ragbot_embedder",
-                port=ports["worker"],
-                env=self.env,
-                log_dir=tmp,
-                health="readyz",
-            ),
-            local_service(
-                "retriever", module="ragbot_retriever", port=ports["retriever"], env=self.env, log_dir=tmp
-            ),
-        ]
+        self.processes: list[ServiceProcess] = stack_processes(ports, self.env, log_dir=tmp)
         self.ingest = httpx.Client(base_url=f"http://127.0.0.1:{ports['ingest']}", timeout=30.0)
         self.retriever = httpx.Client(base_url=f"http://127.0.0.1:{ports['retriever']}", timeout=30.0)
 

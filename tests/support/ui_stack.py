@@ -23,7 +23,7 @@ from support.processes import (
     delete_redis_prefix,
     free_port,
     local_service,
-    service_env,
+    stack_env,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,30 +58,19 @@ def running_ui_stack(*, redis_url: str, tmp: Path) -> Iterator[UiStack]:
     run_id = uuid.uuid4().hex[:10]
     prefix = f"test-ui-{run_id}"
     ports = {name: free_port() for name in ("ingest", "worker", "retriever", "chat")}
-    env = service_env(
-        {
-            "RAGBOT_DEVICE": "cpu",
-            "RAGBOT_DOCUMENT_DEFINITION": str(definition),
-            "RAGBOT_REDIS_URL": redis_url,
-            "RAGBOT_REDIS_KEY_PREFIX": prefix,
-            "RAGBOT_STORE_BACKEND": "embedded",
+    env = stack_env(
+        definition=definition,
+        redis_url=redis_url,
+        prefix=prefix,
+        tmp=tmp,
+        ports=ports,
+        overrides={
             "RAGBOT_STORE_EMBEDDED_PATH": str(store),
-            "RAGBOT_INGEST_HOST": "127.0.0.1",
-            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
             "RAGBOT_INGEST_FETCH_TIMEOUT_S": "5",
-            "RAGBOT_WORKER_QUEUE": prefix,
             "RAGBOT_WORKER_MAX_RETRIES": "1",
             "RAGBOT_WORKER_RETRY_BACKOFF_S": "0.05",
             "RAGBOT_WORKER_RETRY_BACKOFF_MAX_S": "0.2",
-            "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
             "RAGBOT_WORKER_PARAGRAPH_TOKENS": "256",
-            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-            "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-            "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
-            "RAGBOT_CHAT_HOST": "127.0.0.1",
-            "RAGBOT_CHAT_PORT": str(ports["chat"]),
             "RAGBOT_CHAT_RETRIEVER_URL": f"http://127.0.0.1:{ports['retriever']}",
             "RAGBOT_CHAT_INGEST_URL": f"http://127.0.0.1:{ports['ingest']}",
             "RAGBOT_CHAT_LLM_BACKEND": "llamacpp",
@@ -90,7 +79,7 @@ def running_ui_stack(*, redis_url: str, tmp: Path) -> Iterator[UiStack]:
             "RAGBOT_CHAT_PARAGRAPHS_PER_PAGE": "[2, 1]",
             "RAGBOT_CHAT_LLAMACPP_PARALLEL": "2",
             "RAGBOT_CHAT_LLAMACPP_CONTEXT_TOKENS": "2048",
-        }
+        },
     )
     for name in ("RAGBOT_RETRIEVER_RERANKER_PATH", "RAGBOT_CHAT_PROMPTS_DIR"):
         env.pop(name, None)

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 import httpx
 import redis
 
-from ragbot.dev.servers import ServiceProcess, free_port, local_service
+from ragbot.dev.servers import ServiceProcess, free_port
 from ragbot.messaging.wiki_poll import cursor_key
-from support.processes import delete_redis_prefix, service_env
+from support.processes import delete_redis_prefix, stack_env, stack_processes
 
 T = TypeVar("T")
 START_TIMEOUT_S = 300.0
@@ -153,7 +153,6 @@ def ping_stack(
     Redis keys afterwards."""
     pinged = {
         "RAGBOT_WORKER_BEAT": "false",
-        "RAGBOT_INGEST_ALLOWED_CALLBACK_HOSTS": '["127.0.0.1:*"]',
         "RAGBOT_INGEST_WIKI_LIST_URL": list_url,
         "RAGBOT_INGEST_DELETE_RECONCILE_DELAY_S": str(delete_window_s),
     }
@@ -180,7 +179,7 @@ def _stack(
     overrides: Mapping[str, str],
     name: str,
 ) -> Iterator[WikiStack]:
-    """Ingest, the worker and the retriever with ``overrides`` on top of what every wiki stack shares."""
+    """Ingest, the worker and the retriever with ``overrides`` on top of what every stack shares."""
     run_id = uuid.uuid4().hex[:10]
     prefix = queue = f"{name}-{run_id}"
     if isinstance(definition, Path):
@@ -189,40 +188,16 @@ def _stack(
         definition_path = tmp / "definition.json"
         definition_path.write_text(json.dumps(definition), encoding="utf-8")
     ports = {"ingest": free_port(), "retriever": free_port(), "worker": free_port()}
-    env = service_env(
-        {
-            "RAGBOT_DOCUMENT_DEFINITION": str(definition_path),
-            "RAGBOT_DEVICE": "cpu",
-            "RAGBOT_REDIS_URL": redis_url,
-            "RAGBOT_REDIS_KEY_PREFIX": prefix,
-            "RAGBOT_STORE_BACKEND": "embedded",
-            "RAGBOT_STORE_EMBEDDED_PATH": str(tmp / "ragbot.sqlite3"),
-            "RAGBOT_INGEST_HOST": "127.0.0.1",
-            "RAGBOT_INGEST_PORT": str(ports["ingest"]),
-            "RAGBOT_RETRIEVER_HOST": "127.0.0.1",
-            "RAGBOT_RETRIEVER_PORT": str(ports["retriever"]),
-            "RAGBOT_WORKER_QUEUE": queue,
-            "RAGBOT_WORKER_METRICS_HOST": "127.0.0.1",
-            "RAGBOT_WORKER_METRICS_PORT": str(ports["worker"]),
-            "RAGBOT_PROMETHEUS_MULTIPROC_DIR": str(tmp / "metrics"),
-            **overrides,
-        }
+    env = stack_env(
+        definition=definition_path,
+        redis_url=redis_url,
+        prefix=prefix,
+        tmp=tmp,
+        ports=ports,
+        queue=queue,
+        overrides=overrides,
     )
-    processes = [
-        local_service("ingest", module="ragbot_ingest", port=ports["ingest"], env=env, log_dir=tmp, cwd=tmp),
-        local_service(
-            "worker",
-            module="ragbot_embedder",
-            port=ports["worker"],
-            env=env,
-            log_dir=tmp,
-            cwd=tmp,
-            health="readyz",
-        ),
-        local_service(
-            "retriever", module="ragbot_retriever", port=ports["retriever"], env=env, log_dir=tmp, cwd=tmp
-        ),
-    ]
+    processes = stack_processes(ports, env, log_dir=tmp, cwd=tmp)
     retriever = httpx.Client(base_url=f"http://127.0.0.1:{ports['retriever']}", timeout=60.0)
     ingest = httpx.Client(base_url=f"http://127.0.0.1:{ports['ingest']}", timeout=60.0)
     try:

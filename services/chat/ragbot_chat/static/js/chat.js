@@ -238,8 +238,12 @@ async function ask(text, { retried = false } = {}) {
 
 async function restore() {
   if (!sessionId) return showEmpty();
+  const restoring = sessionId;
   try {
-    const session = await api(`/v1/sessions/${encodeURIComponent(sessionId)}`);
+    const session = await api(`/v1/sessions/${encodeURIComponent(restoring)}`);
+    // "New chat" (or a first question) while this was loading: the turns belong to a conversation the
+    // user has left, so they stay out of the one on screen.
+    if (sessionId !== restoring) return;
     modeSelect.value = session.mode;
     for (const turn of session.turns) {
       messages.append(userMessage(turn.question));
@@ -255,6 +259,7 @@ async function restore() {
     }
     if (session.turns.length) sessionStatus.textContent = t("chat.restored");
   } catch {
+    if (sessionId !== restoring) return;
     sessionId = null;
     sessionStorage.removeItem(SESSION_KEY);
   }
