@@ -246,7 +246,7 @@ def test_an_exported_reranker_scores_as_torch_and_runs_without_torch(
     want = torch_reranker.score(query, passages)
     exported = CrossEncoderReranker(out / cross_encoder.name)
     exported.warm_up()
-    assert exported.runtime == "onnxruntime"
+    assert (exported.runtime, exported.resolved_precision) == ("onnxruntime", "float32")
     np.testing.assert_allclose(exported.score(query, passages), want, atol=1e-4)
 
     done = _without_torch(

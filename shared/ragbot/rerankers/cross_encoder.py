@@ -132,10 +132,16 @@ class CrossEncoderReranker:
             raise
         except Exception as exc:  # ImportError, onnxruntime and tokenizers errors
             raise RerankError(f"could not load the reranker export {self.path}: {exc}") from exc
-        self._model, self._onnx, self.resolved_precision = onnx, onnx, "onnx"
+        self._model, self._onnx, self.resolved_precision = onnx, onnx, onnx.precision
         self.runtime = "onnxruntime"
         logger.info(
-            "reranker loaded", extra={"path": str(self.path), "device": "cpu", "runtime": "onnxruntime"}
+            "reranker loaded",
+            extra={
+                "path": str(self.path),
+                "device": "cpu",
+                "precision": onnx.precision,
+                "runtime": "onnxruntime",
+            },
         )
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:

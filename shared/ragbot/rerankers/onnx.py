@@ -36,11 +36,20 @@ MANIFEST = "ragbot-onnx.json"  # as ragbot.embedders.onnx_folder's, with "kind":
 class OnnxCrossEncoder:
     """(query, passage) -> relevance 0..1 of a one-logit sequence-classification model, on ONNX Runtime."""
 
-    def __init__(self, session: Any, tokenizer: Any, *, max_length: int, inputs: Sequence[str]) -> None:
+    def __init__(
+        self,
+        session: Any,
+        tokenizer: Any,
+        *,
+        max_length: int,
+        inputs: Sequence[str],
+        precision: str = "int8",
+    ) -> None:
         self._session = session
         self._tokenizer = tokenizer
         self.max_length = max_length
         self._inputs = tuple(inputs)
+        self.precision = precision  # of the weights: "int8" (quantized) or "float32"
 
     @classmethod
     def build(cls, model: Any, *, threads: int = 0) -> OnnxCrossEncoder | None:
@@ -63,7 +72,7 @@ class OnnxCrossEncoder:
             if manifest.get("kind") != "cross-encoder":
                 raise ValueError(f"kind {manifest.get('kind')!r}, not a cross-encoder")
             max_length, inputs = int(manifest["max_length"]), [str(n) for n in manifest["inputs"]]
-            pad_id = int(manifest["pad_id"])
+            pad_id, precision = int(manifest["pad_id"]), str(manifest.get("precision", "float32"))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigurationError(f"cannot read the reranker export manifest {path}: {exc}") from None
         from tokenizers import Tokenizer
@@ -72,7 +81,9 @@ class OnnxCrossEncoder:
         tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
         tokenizer.enable_padding(pad_id=pad_id)
         session = cpu_session(folder / "model.onnx", threads=threads)
-        return cls(session, _PairTokenizer(tokenizer), max_length=max_length, inputs=inputs)
+        return cls(
+            session, _PairTokenizer(tokenizer), max_length=max_length, inputs=inputs, precision=precision
+        )
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """Sigmoid relevance per passage, truncated as ``CrossEncoder`` truncates (longest first)."""
