@@ -158,6 +158,7 @@ def test_secrets_come_from_the_existing_secret(default: list[dict[str, Any]]) ->
 def test_default_embedder_is_cpu_without_autoscaler(default: list[dict[str, Any]]) -> None:
     embedder = of_kind(default, "Deployment")["rb-ragbot-embedder"]
     assert env_of(embedder)["RAGBOT_DEVICE"]["value"] == "cpu"
+    assert container(embedder)["image"].startswith("ragbot-embedder:")  # the CPU image, no torch
     assert "nvidia.com/gpu" not in container(embedder)["resources"].get("limits", {})
     assert "nodeSelector" not in embedder["spec"]["template"]["spec"]
     assert not of_kind(default, "ScaledObject")
@@ -185,6 +186,7 @@ def test_keda_scales_the_embedder_on_the_celery_list_and_the_gpu_is_asked_for(
     spec = embedder["spec"]["template"]["spec"]
     assert container(embedder)["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert env_of(embedder)["RAGBOT_DEVICE"]["value"] == "cuda"
+    assert container(embedder)["image"].startswith("ragbot-embedder-cuda:")  # the one image with torch
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     # The GPU is the embedder's alone.
@@ -287,6 +289,7 @@ def test_beat_is_one_more_worker_and_every_worker_can_run_the_poll() -> None:
     assert env_of(beat)["RAGBOT_WORKER_BEAT"]["value"] == "true"
     assert "RAGBOT_WORKER_BEAT" not in env_of(worker)
     assert env_of(beat)["RAGBOT_DEVICE"]["value"] == "cpu"  # the GPU goes to the scaled workers
+    assert container(beat)["image"].startswith("ragbot-embedder:")
     for deployment in (beat, worker):  # any worker may take the poll off the queue
         env = env_of(deployment)
         assert env["RAGBOT_MEDIAWIKI_API_URL"]["value"] == "https://wiki.example.org/w/api.php"

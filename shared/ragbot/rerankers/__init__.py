@@ -1,7 +1,8 @@
 """Rerankers behind the ``Reranker`` port: a cross-encoder adapter and the training that builds one.
 
 ``build_reranker`` is the one place that turns settings into an adapter: a configured folder gives a
-``CrossEncoderReranker`` (not loaded; call ``warm_up``), no folder gives None (no rerank stage).
+``CrossEncoderReranker`` (not loaded; call ``warm_up``), no folder gives None (no rerank stage). The
+folder is a cross-encoder (torch) or its ONNX export (``ragbot export-onnx --reranker``: no torch).
 Training (``ragbot.rerankers.training``) imports torch lazily and is not re-exported here.
 """
 
@@ -28,6 +29,7 @@ def build_reranker(
     max_length: int | None = None,
     quantize: bool = False,
     precision: Precision = "auto",
+    threads: int = 0,
 ) -> CrossEncoderReranker | None:
     """The configured cross-encoder, not loaded, or None when no reranker is configured."""
     if path is None:
@@ -39,6 +41,7 @@ def build_reranker(
         max_length=max_length,
         quantize=quantize,
         precision=precision,
+        threads=threads,
     )
 
 
@@ -53,4 +56,5 @@ def configured_reranker(
         max_length=retriever.reranker_max_length,
         quantize=retriever.reranker_quantize,
         precision=models.precision,
+        threads=models.torch_threads,
     )

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from ragbot.errors import ConfigurationError, RerankError
 from ragbot.inference.device import resolve_device
 from ragbot.inference.precision import Precision, cast_model, resolve_precision
-from ragbot.rerankers.onnx import OnnxCrossEncoder
+from ragbot.rerankers.onnx import OnnxCrossEncoder, is_exported_reranker
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ class CrossEncoderReranker:
         max_length: int | None = None,
         quantize: bool = False,
         precision: Precision = "auto",
+        threads: int = 0,
     ) -> None:
         self.path = Path(path)
+        self.threads = threads  # an ONNX export's session threads (0: one per core)
         self.name = self.path.name
         self.device: Device = device
         self.batch_size = batch_size
@@ -72,6 +74,9 @@ class CrossEncoderReranker:
         with self._load_lock:
             if self._model is not None:
                 return
+            if is_exported_reranker(self.path):
+                self._warm_up_export()
+                return
             if not (self.path / "config.json").is_file():
                 raise ConfigurationError(
                     f"reranker folder {self.path} has no config.json (train one with `ragbot train-reranker`)"
@@ -98,6 +103,13 @@ class CrossEncoderReranker:
                     cast_model(model.model, resolved)
                     precision = resolved
                 model.eval()
+            except ImportError as exc:  # an image without torch (deploy/Dockerfile's CPU variants)
+                raise RerankError(
+                    f"reranker {self.path} is a cross-encoder folder and needs torch and "
+                    f"sentence-transformers, which this installation lacks ({exc}); export it with "
+                    "`ragbot export-onnx --reranker FOLDER --out DIR` and point "
+                    "RAGBOT_RETRIEVER_RERANKER_PATH at the export, or install ragbot-retriever[torch]"
+                ) from exc
             except Exception as exc:  # vendor errors of every kind (OSError, ValueError, RuntimeError)
                 raise RerankError(f"could not load reranker from {self.path}: {exc}") from exc
             self._model, self._onnx, self.resolved_precision = model, onnx, precision
@@ -111,6 +123,26 @@ class CrossEncoderReranker:
                     "runtime": self.runtime,
                 },
             )
+
+    def _warm_up_export(self) -> None:
+        """An ONNX export (``ragbot export-onnx --reranker``): ONNX Runtime on the CPU, no torch."""
+        try:
+            onnx = OnnxCrossEncoder.from_folder(self.path, threads=self.threads)
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # ImportError, onnxruntime and tokenizers errors
+            raise RerankError(f"could not load the reranker export {self.path}: {exc}") from exc
+        self._model, self._onnx, self.resolved_precision = onnx, onnx, onnx.precision
+        self.runtime = "onnxruntime"
+        logger.info(
+            "reranker loaded",
+            extra={
+                "path": str(self.path),
+                "device": "cpu",
+                "precision": onnx.precision,
+                "runtime": "onnxruntime",
+            },
+        )
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One relevance score (0..1) per passage, in the order given."""

@@ -23,6 +23,7 @@ class ModelSettings(BaseSettings):
     # Threads torch uses for embedding and reranking on a CPU (0: torch's default, one per core). On a
     # box shared with Elasticsearch or the worker, 1 keeps a short query's latency steady: with every
     # core busy, torch's threads wait on each other.
+    # Without torch (the CPU images) it sets the threads of the exported models' ONNX Runtime sessions.
     torch_threads: int = Field(default=0, ge=0, le=256)
     # Precision of torch models (embedders, reranker): "auto" is float16 on CUDA, bfloat16 for batched
     # work on a CPU with AMX (about 2.5x float32's throughput there), float32 otherwise. See
