@@ -5,8 +5,10 @@ and annual leave, and the crawled maternity page: the labour and National Insura
 unanswerable questions) are indexed through the real
 indexing pipeline with the shipped definition (all-MiniLM-L6-v2, multilingual-e5-small, BM25) into a
 fresh embedded store, and every question goes through the real chat pipeline in ``quote`` mode, as
-shipped and as before the rule (``ragbot eval-answers --before``). None of these questions was read
-when the rule was fitted (``ragbot.evaluation.split``, tuning half only).
+shipped (the rule per language pair; English questions leave MiniLM out:
+``HEBREW_CORPUS_LANGUAGE_WEIGHTS``), with the earlier single rule and retrieval (``_rule1``), and as
+before any rule (``_before``). None of these questions was read when the rules were fitted
+(``ragbot.evaluation.split``, tuning half only).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from ragbot.evaluation.answers import (
     load_questions,
     run_answers,
 )
+from ragbot.settings.chat import ABSTENTION_RULE_V1
+from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -52,8 +56,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> AnswersRun:
     pages.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     held_out = {q.id: q for q in half_of(load_questions(), "held_out")}
     questions = [held_out[i] for i in ANSWERABLE + UNANSWERABLE]  # a KeyError: the slice left held_out
+    rule1 = {"abstention_rule": ABSTENTION_RULE_V1, "abstention_rule_cross_language": None}
     return asyncio.run(
-        run_answers(questions=questions, modes=["quote"], pages_paths=[pages], work_dir=folder, before=True)
+        run_answers(
+            questions=questions,
+            modes=["quote"],
+            pages_paths=[pages],
+            work_dir=folder,
+            before=True,
+            retriever_overrides={"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS},
+            compare={"_rule1": (rule1, {})},
+        )
     )
 
 

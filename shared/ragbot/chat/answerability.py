@@ -20,9 +20,12 @@ the turn already has, with no extra model call:
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
 docs/benchmarks.md)
-and abstains when the score is under the rule's threshold. The chat pipeline asks it in ``strict`` and
-``quote`` mode (the Kol-Zchut routes use those): an abstention answers "I did not find this" and lists
-the closest pages as related, not as an answer.
+and abstains when the score is under the rule's threshold. A question in another language than its
+best paragraph gets its own rule when one is given (``rule_for``): across languages the same scores
+mean other things (e5's cosines run lower, BM25 and key terms match nothing, and the best page's dense
+gap even ranks the other way), so one line fitted on both language pairs served neither. The chat
+pipeline asks it in ``strict`` and ``quote`` mode (the Kol-Zchut routes use those): an abstention
+answers "I did not find this" and lists the closest pages as related, not as an answer.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "evidence",
     "key_terms",
     "related_answer",
+    "rule_for",
 ]
 
 # Words that carry no question-specific meaning, in both languages (after the analyzer's lower-casing).
@@ -210,6 +214,11 @@ class Decision:
         return {"answer": self.answer, "score": round(self.score, 6), "evidence": self.evidence.as_dict()}
 
 
+def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule | None) -> AbstentionRule:
+    """The cross-language rule for a question in another language than its best paragraph, when given."""
+    return cross_language if cross_language is not None and ev.cross_language else rule
+
+
 def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     """Answer when the rule's score reaches its threshold."""
     value = rule.score(ev)
@@ -236,6 +245,7 @@ async def assess(
     retriever: Retriever,
     options: QuoteOptions,
     rule: AbstentionRule,
+    cross_language_rule: AbstentionRule | None = None,
     fitted_branches: Collection[str] = (),
 ) -> Decision | None:
     """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
@@ -262,7 +272,7 @@ async def assess(
         paragraphs=[d.text for d in selection.documents],
         sentence_top=None if best is None else float(best),
     )
-    return None if ev is None else decide(ev, rule)
+    return None if ev is None else decide(ev, rule_for(ev, rule, cross_language_rule))
 
 
 def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:

@@ -153,6 +153,11 @@ class ChatPipeline:
             retriever=self.retriever,
             options=QuoteOptions.from_settings(self.settings),
             rule=AbstentionRule(**self.settings.abstention_rule),
+            cross_language_rule=(
+                None
+                if self.settings.abstention_rule_cross_language is None
+                else AbstentionRule(**self.settings.abstention_rule_cross_language)
+            ),
             fitted_branches=self.settings.abstention_branches,
         )
         if decision is not None:

@@ -396,11 +396,16 @@ async def run_answers(
     pages_paths: Sequence[Path] = DEFAULT_PAGES,
     work_dir: Path | None = None,
     before: bool = False,
+    retriever_overrides: Mapping[str, Any] | None = None,
+    compare: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]] | None = None,
 ) -> AnswersRun:
     """Build the retrieval (a fresh store of the sample pages, or a running retriever), the LLM when a
     mode needs one, and the chat pipeline from settings; evaluate every mode. With ``before``, every mode
     is also answered as before the abstention rule and the boilerplate filter (``BEFORE_OVERRIDES``),
-    reported as ``<mode>_before``."""
+    reported as ``<mode>_before``. ``retriever_overrides`` change the embedded store's retrieval defaults
+    (``RetrieverSettings`` fields); ``compare`` answers every mode again per suffix with its own chat and
+    retriever overrides (chat ones on top of ``chat_overrides``, retriever ones on the configured
+    settings), reported as ``<mode><suffix>``: several behaviours side by side in one run over one index."""
     from ragbot.chat.retriever import EngineRetriever, HttpRetriever
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders, cached_queries
@@ -454,13 +459,17 @@ async def run_answers(
             await indexing.index(pages, store=store)
             await store.warm_up()
             index_seconds = time.perf_counter() - t0
-            engine = RetrievalEngine(
-                store=store,
-                embedders=cached_queries(embedders, max_size=model_settings.query_cache_size),
-                definition=definition,
-                defaults=RetrievalDefaults.from_settings(get_retriever_settings()),
-            )
-            inner = EngineRetriever(engine)
+            queries = cached_queries(embedders, max_size=model_settings.query_cache_size)
+
+            def engine_with(overrides: Mapping[str, Any]) -> Retriever:
+                configured = get_retriever_settings().model_copy(update=dict(overrides))
+                defaults = RetrievalDefaults.from_settings(configured)
+                assert store is not None
+                return EngineRetriever(
+                    RetrievalEngine(store=store, embedders=queries, definition=definition, defaults=defaults)
+                )
+
+            inner = engine_with(retriever_overrides or {})
             retrieval = f"{len(pages)} sample pages, models {list(definition.model_names)}, embedded store"
         recorder = RecordingRetriever(inner, text_field=settings.document_text_field)
         prompts = PromptLibrary(settings.prompts_dir)
@@ -471,6 +480,17 @@ async def run_answers(
             pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=old)
             earlier = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
             results.update({f"{mode}{BEFORE}": fig for mode, fig in earlier.items()})
+        for suffix, (chat_changes, retriever_changes) in (compare or {}).items():
+            if retriever_url and retriever_changes:
+                raise ValueError("retriever overrides need the embedded store, not a running retriever")
+            other = RecordingRetriever(
+                engine_with(retriever_changes) if not retriever_url else inner,
+                text_field=settings.document_text_field,
+            )
+            old = base.model_copy(update={**dict(chat_overrides or {}), **dict(chat_changes)})
+            pipeline = ChatPipeline(llm=llm, retriever=other, prompts=prompts, settings=old)
+            earlier = await evaluate(pipeline=pipeline, recorder=other, questions=questions, modes=modes)
+            results.update({f"{mode}{suffix}": fig for mode, fig in earlier.items()})
         await recorder.close()
     finally:
         if store is not None:
