@@ -46,7 +46,6 @@ from ragbot.settings import (
     get_retriever_settings,
     get_worker_settings,
 )
-from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_PORT = 6379
@@ -131,9 +130,6 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # the Kol-Zchut sample pages are Hebrew: English questions skip MiniLM, which finds only noise there
-    if "language_weights" not in get_retriever_settings().model_fields_set:
-        env["RAGBOT_RETRIEVER_LANGUAGE_WEIGHTS"] = json.dumps(HEBREW_CORPUS_LANGUAGE_WEIGHTS)
     env["RAGBOT_REDIS_URL"] = redis_url
     env["RAGBOT_STORE_BACKEND"] = "embedded"
     env["RAGBOT_STORE_EMBEDDED_PATH"] = str(var / "ragbot.sqlite3")

@@ -5,20 +5,19 @@ The question set is ``samples/kolzchut/abstention_questions.json`` (149 question
 and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune`` (76) and ``held_out``
 (73).
 
-Both answer with English questions leaving MiniLM out (``HEBREW_CORPUS_LANGUAGE_WEIGHTS``: these pages
-are Hebrew).
-
-- ``--fit``: answer the tuning half in ``quote`` mode with the rule off, read each turn's evidence
+- ``--fit``: answer the tuning half in ``quote`` mode with the rule off and English questions leaving
+  MiniLM out (``HEBREW_CORPUS_LANGUAGE_WEIGHTS``: these pages are Hebrew), read each turn's evidence
   (``ragbot.chat.answerability``), and for each candidate (``FEATURE_SETS`` x ``L2S`` x ``TARGETS``)
   cross-validate inside the tuning half a logistic regression (numpy, L2, standardised features) of
   "answering helps" per language pair (question in its best paragraph's language or not), with the
   threshold that cites the most while abstaining on ``target`` of the unanswerable; choose the candidate
   with the most out-of-fold gold_cited among those abstaining on >= 0.9, refit it on the whole tuning
-  half and print both rules, to paste into ``ABSTENTION_RULE`` and ``ABSTENTION_RULE_CROSS_LANGUAGE``
-  (``ragbot.settings.chat``). The held-out half is never read.
-- default: answer the held-out half in ``quote`` as shipped and, over the same index in the same run,
-  with the same retrieval and no rule (``_norule``), with the earlier single rule and retrieval
-  (``_rule1``), and as before any rule and the boilerplate filter (``_before``); write
+  half and print both rules (``ABSTENTION_RULE_SAME_LANGUAGE``, ``ABSTENTION_RULE_CROSS_LANGUAGE`` in
+  ``ragbot.settings.chat``: a candidate, opt-in). The held-out half is never read.
+- default: answer the held-out half in ``quote`` as shipped (one rule, every branch) and, over the same
+  index in the same run, as the candidate (``_perpair``: the rules per language pair, MiniLM out for
+  English questions), with that retrieval and no rule (``_minilm_out_norule``), and as before any rule
+  and the boilerplate filter (``_before``); write
   ``bench/results/answers.json``: ``answers_gold_cited`` (target >= 0.9), ``answers_offtopic_abstained``
   (>= 0.9), ``answers_boilerplate_quoted`` (0), ``answers_supported_sentences`` (>= 0.95), per mode and
   per question language (``_he``, ``_en``). ``--strict`` adds the embedded LLM's ``strict`` on every
@@ -144,7 +143,8 @@ def cross_validate(
     for repeat in range(REPEATS):
         rng = np.random.default_rng(repeat)
         fold = np.zeros(len(rows), dtype=int)
-        for key in {(bool(a), _pair(r)) for a, r in zip(answerable, rows, strict=True)}:
+        # sorted: a set's order of strings changes with the process's hash seed, and so would the folds
+        for key in sorted({(bool(a), _pair(r)) for a, r in zip(answerable, rows, strict=True)}):
             members = [i for i, r in enumerate(rows) if (bool(answerable[i]), _pair(r)) == key]
             rng.shuffle(members)
             for j, i in enumerate(members):
@@ -168,7 +168,7 @@ def choose_and_fit(rows: Sequence[dict[str, Any]], *, log: Any = sys.stderr) -> 
     """Every candidate (feature set, L2, target) cross-validated inside the tuning half; the one with the
     most out-of-fold gold_cited among those abstaining on at least ``GOAL`` of the unanswerable (or the
     most abstaining, when none does), refitted on the whole tuning half."""
-    results: list[tuple[bool, float, float, str, float, float]] = []
+    candidates: list[dict[str, Any]] = []
     for name, features in FEATURE_SETS.items():
         for l2 in L2S:
             for target in TARGETS:
@@ -177,27 +177,26 @@ def choose_and_fit(rows: Sequence[dict[str, Any]], *, log: Any = sys.stderr) -> 
                     f"{name} l2={l2} target={target}: out-of-fold gold_cited {cited:.3f} "
                     f"abstained {abstained:.3f}\n"
                 )
-                results.append(
-                    (
-                        abstained >= GOAL,
-                        cited if abstained >= GOAL else abstained,
-                        abstained,
-                        name,
-                        l2,
-                        target,
-                    )
+                candidates.append(
+                    {
+                        "features": name,
+                        "l2": l2,
+                        "target": target,
+                        "cv_gold_cited": round(cited, 4),
+                        "cv_abstained": round(abstained, 4),
+                        "meets_goal": abstained >= GOAL,
+                    }
                 )
-    ok, _, abstained, name, l2, target = max(results, key=lambda r: (r[0], r[1], r[2]))
-    cited = next(r[1] for r in results if r[3:] == (name, l2, target))
+
+    def rank(c: dict[str, Any]) -> tuple[bool, float, float]:
+        first = c["cv_gold_cited"] if c["meets_goal"] else c["cv_abstained"]
+        return (c["meets_goal"], first, c["cv_abstained"])
+
+    chosen = max(candidates, key=rank)
+    name, l2, target = chosen["features"], chosen["l2"], chosen["target"]
     return {
-        "chosen": {
-            "features": name,
-            "l2": l2,
-            "target": target,
-            "cv_gold_cited": round(cited, 4),
-            "cv_abstained": round(abstained, 4),
-            "meets_goal": ok,
-        },
+        "chosen": chosen,
+        "candidates": candidates,
         "rules": fit_rules(rows, features=FEATURE_SETS[name], l2=l2, target=target),
     }
 
@@ -266,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         load_questions,
         run_answers,
     )
-    from ragbot.settings.chat import ABSTENTION_RULE_V1
+    from ragbot.settings.chat import ABSTENTION_RULE_CROSS_LANGUAGE, ABSTENTION_RULE_SAME_LANGUAGE
     from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
     questions = load_questions()
@@ -293,11 +292,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(json.dumps(choose_and_fit(rows), indent=2) + "\n")
         return
     overrides: dict[str, Any] = {"llm_max_tokens": args.max_tokens}
-    # one index, four behaviours: as shipped (the rule per language pair, MiniLM off for English
-    # questions), the same retrieval with no rule, the earlier single rule and retrieval, and no rule at all
+    # one index, four behaviours: as shipped (one rule, every branch), the candidate (a rule per language
+    # pair, MiniLM out for English questions), that retrieval with no rule, and before any rule
+    per_pair = {
+        "abstention_rule": ABSTENTION_RULE_SAME_LANGUAGE,
+        "abstention_rule_cross_language": ABSTENTION_RULE_CROSS_LANGUAGE,
+    }
     compare: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-        "_norule": ({"abstention_enabled": False}, weights),
-        "_rule1": ({"abstention_rule": ABSTENTION_RULE_V1, "abstention_rule_cross_language": None}, {}),
+        "_perpair": (per_pair, weights),
+        "_minilm_out_norule": ({"abstention_enabled": False}, weights),
         BEFORE: (dict(BEFORE_OVERRIDES), {}),
     }
     questions = half_of(questions, "held_out")
@@ -315,7 +318,6 @@ def main(argv: list[str] | None = None) -> None:
                 questions=questions,
                 modes=["quote"],
                 chat_overrides=overrides,
-                retriever_overrides=weights,
                 compare=compare,
             )
         )
@@ -329,7 +331,6 @@ def main(argv: list[str] | None = None) -> None:
                 questions=questions[:: args.strict_every],
                 modes=["strict"],
                 chat_overrides={**overrides, "llm_backend": "llamacpp"},
-                retriever_overrides=weights,
                 compare={BEFORE: compare[BEFORE]},
             )
         )

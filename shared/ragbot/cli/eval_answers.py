@@ -59,18 +59,12 @@ def register(subparsers: Any) -> None:
 
 def run_eval_answers(args: argparse.Namespace) -> int:
     """``ragbot eval-answers``: print the figures per mode, write the report when asked."""
-    from ragbot.evaluation.answers import DEFAULT_PAGES, half_of, load_questions, run_answers
-    from ragbot.settings import get_retriever_settings
-    from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
+    from ragbot.evaluation.answers import half_of, load_questions, run_answers
 
     questions = [q for q in load_questions(args.questions) if args.language in (None, q.language)]
     if args.half != "all":
         questions = half_of(questions, args.half)
     overrides = {"llm_max_tokens": args.max_tokens} if args.max_tokens else {}
-    # the Kol-Zchut sample pages are Hebrew: English questions skip MiniLM's noise, as `make run` does
-    hebrew = [Path(p).resolve() for p in args.pages] == [p.resolve() for p in DEFAULT_PAGES]
-    unset = "language_weights" not in get_retriever_settings().model_fields_set
-    weights = {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS} if hebrew and unset else None
     run = asyncio.run(
         run_answers(
             questions=questions,
@@ -79,7 +73,6 @@ def run_eval_answers(args: argparse.Namespace) -> int:
             retriever_url=args.retriever_url,
             pages_paths=args.pages,
             before=args.before,
-            retriever_overrides=None if args.retriever_url else weights,
         )
     )
     report = run.report()

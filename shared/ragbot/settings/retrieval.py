@@ -13,8 +13,8 @@ from ragbot.settings.common import settings_config
 # language_weights for a Hebrew corpus searched with the shipped definition (MiniLM on content, e5 on title
 # and content): MiniLM embeds only the corpus's few Latin-script lines, so an English question gets its
 # noise, which score fusion scales to 1.0 like any list's best. Chosen on the tuning half of
-# samples/kolzchut/abstention_questions.json (docs/benchmarks.md); `make run` and `ragbot eval-answers`
-# on the Kol-Zchut sample pages use it unless RAGBOT_RETRIEVER_LANGUAGE_WEIGHTS is set.
+# samples/kolzchut/abstention_questions.json with the per-language-pair abstention rules it was measured
+# with (docs/benchmarks.md): opt-in, like them (RAGBOT_RETRIEVER_LANGUAGE_WEIGHTS).
 HEBREW_CORPUS_LANGUAGE_WEIGHTS: dict[str, dict[str, float]] = {"en": {"all-MiniLM-L6-v2": 0.0}}
 
 
