@@ -31,7 +31,7 @@ answers "I did not find this" and lists the closest pages as related, not as an 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.prompts import detect_language
 from ragbot.schemas.retrieval import RetrieveResponse
+from ragbot.settings import ChatSettings
 from ragbot.text import analyze
 
 __all__ = [
@@ -243,20 +244,19 @@ async def assess(
     selection: Selection,
     quote_debug: Mapping[str, Any] | None,
     retriever: Retriever,
-    options: QuoteOptions,
-    rule: AbstentionRule,
-    cross_language_rule: AbstentionRule | None = None,
-    fitted_branches: Collection[str] = (),
+    settings: ChatSettings,
 ) -> Decision | None:
     """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
-    scores to read and its dense branches are those the rule was fitted on (``fitted_branches``; empty:
-    any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode has
-    scored its sentences already; strict scores them the same way (one similarity call), so both modes
-    decide on the same evidence."""
+    scores to read and its dense branches are those the rules were fitted on (``abstention_branches``;
+    empty: any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode
+    has scored its sentences already; strict scores them the same way (one similarity call), so both
+    modes decide on the same evidence."""
     if request.mode not in ("strict", "quote") or response is None or not selection.sources:
         return None
-    if fitted_branches and dense_branches(response.debug.model_dump()) != set(fitted_branches):
+    fitted = set(settings.abstention_branches)
+    if fitted and dense_branches(response.debug.model_dump()) != fitted:
         return None
+    options = QuoteOptions.from_settings(settings)
     best = (quote_debug or {}).get("best")
     if request.mode == "strict":
         scored = await score(
@@ -272,7 +272,13 @@ async def assess(
         paragraphs=[d.text for d in selection.documents],
         sentence_top=None if best is None else float(best),
     )
-    return None if ev is None else decide(ev, rule_for(ev, rule, cross_language_rule))
+    if ev is None:
+        return None
+    cross = settings.abstention_rule_cross_language
+    rule = rule_for(
+        ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
+    )
+    return decide(ev, rule)
 
 
 def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:

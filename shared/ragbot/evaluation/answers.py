@@ -400,12 +400,9 @@ async def run_answers(
     compare: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]] | None = None,
 ) -> AnswersRun:
     """Build the retrieval (a fresh store of the sample pages, or a running retriever), the LLM when a
-    mode needs one, and the chat pipeline from settings; evaluate every mode. With ``before``, every mode
-    is also answered as before the abstention rule and the boilerplate filter (``BEFORE_OVERRIDES``),
-    reported as ``<mode>_before``. ``retriever_overrides`` change the embedded store's retrieval defaults
-    (``RetrieverSettings`` fields); ``compare`` answers every mode again per suffix with its own chat and
-    retriever overrides (chat ones on top of ``chat_overrides``, retriever ones on the configured
-    settings), reported as ``<mode><suffix>``: several behaviours side by side in one run over one index."""
+    mode needs one, and the chat pipeline from settings; evaluate every mode; ``before``: again without
+    the rule and the boilerplate filter (``<mode>_before``); ``compare``: again per suffix with its chat
+    (on ``chat_overrides``) and retriever (on the configured settings) overrides, over the same index."""
     from ragbot.chat.retriever import EngineRetriever, HttpRetriever
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders, cached_queries
@@ -475,16 +472,12 @@ async def run_answers(
         prompts = PromptLibrary(settings.prompts_dir)
         pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
         results = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
-        if before:
-            old = settings.model_copy(update=dict(BEFORE_OVERRIDES))
-            pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=old)
-            earlier = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
-            results.update({f"{mode}{BEFORE}": fig for mode, fig in earlier.items()})
-        for suffix, (chat_changes, retriever_changes) in (compare or {}).items():
+        earlier_ones = {BEFORE: (BEFORE_OVERRIDES, retriever_overrides or {})} if before else {}
+        for suffix, (chat_changes, retriever_changes) in {**earlier_ones, **(compare or {})}.items():
             if retriever_url and retriever_changes:
                 raise ValueError("retriever overrides need the embedded store, not a running retriever")
             other = RecordingRetriever(
-                engine_with(retriever_changes) if not retriever_url else inner,
+                inner if retriever_url else engine_with(retriever_changes),
                 text_field=settings.document_text_field,
             )
             old = base.model_copy(update={**dict(chat_overrides or {}), **dict(chat_changes)})
