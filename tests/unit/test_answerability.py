@@ -10,12 +10,20 @@ from typing import Any
 
 from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 
-from ragbot.chat.answerability import AbstentionRule, Evidence, coverage, decide, evidence, key_terms
+from ragbot.chat.answerability import (
+    AbstentionRule,
+    Evidence,
+    coverage,
+    decide,
+    evidence,
+    key_terms,
+    rule_for,
+)
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.prompts import PromptLibrary
 from ragbot.settings import ChatSettings
-from ragbot.settings.chat import ABSTENTION_RULE
+from ragbot.settings.chat import ABSTENTION_RULE, ABSTENTION_RULE_CROSS_LANGUAGE
 
 
 def _row(doc_id: str, page: int, **raw: float) -> dict[str, Any]:
@@ -65,6 +73,15 @@ def test_the_rule_answers_at_its_threshold_and_abstains_below() -> None:
     assert round(decide(low, rule).score, 6) == 0.4
     # the shipped rule is a fitted one, not the answer-everything default
     assert ABSTENTION_RULE["threshold"] > -1e9 and set(ABSTENTION_RULE) <= set(AbstentionRule.__slots__)
+
+
+def test_a_question_in_another_language_than_its_page_gets_the_cross_language_rule() -> None:
+    same, cross = AbstentionRule(bias=1.0), AbstentionRule(bias=-1.0)
+    hebrew = Evidence(0.9, 0.05, 0.5, 1.0, 1.0, sentence_top=0.8)
+    english = Evidence(0.9, 0.05, 0.5, 1.0, 1.0, sentence_top=0.8, cross_language=1.0)
+    assert rule_for(hebrew, same, cross) is same and rule_for(english, same, cross) is cross
+    assert rule_for(english, same, None) is same
+    assert ABSTENTION_RULE_CROSS_LANGUAGE["threshold"] > -1e9
 
 
 def _turn(

@@ -262,6 +262,20 @@ async def test_engine_semantic_mode_with_only_an_english_model_still_searches() 
     assert response.documents and response.debug.model_dump()["routing"]["fallback"] is True
 
 
+async def test_engine_language_weights_scale_the_branches_of_that_language_only() -> None:
+    table = {"en": {"mini": 0.0, "bm25": 0.5}}
+    engine, _ = engine_for(language_weights=table)
+    english = (await engine.retrieve(RetrieveRequest(query="unemployment benefits"))).debug.model_dump()
+    assert english["branches"]["content_mini_vectors"]["weight"] == 0.0
+    assert english["branches"][BM25_BRANCH]["weight"] == 0.5
+    assert english["branches"]["content_e5_vectors"]["weight"] == 1.0
+    hebrew = (await engine.retrieve(RetrieveRequest(query="מי זכאי לדמי אבטלה"))).debug.model_dump()
+    assert hebrew["branches"][BM25_BRANCH]["weight"] == 1.0
+    # a request that names its models is searched as asked
+    named = await engine.retrieve(RetrieveRequest(query="unemployment benefits", models={"mini": 1.0}))
+    assert named.debug.model_dump()["branches"]["content_mini_vectors"]["weight"] == 1.0
+
+
 # -- per-field fusion weights ------------------------------------------------------------------
 
 

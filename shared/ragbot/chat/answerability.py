@@ -20,15 +20,18 @@ the turn already has, with no extra model call:
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
 docs/benchmarks.md)
-and abstains when the score is under the rule's threshold. The chat pipeline asks it in ``strict`` and
-``quote`` mode (the Kol-Zchut routes use those): an abstention answers "I did not find this" and lists
-the closest pages as related, not as an answer.
+and abstains when the score is under the rule's threshold. A question in another language than its
+best paragraph gets its own rule when one is given (``rule_for``): across languages the same scores
+mean other things (e5's cosines run lower, BM25 and key terms match nothing, and the best page's dense
+gap even ranks the other way), so one line fitted on both language pairs served neither. The chat
+pipeline asks it in ``strict`` and ``quote`` mode (the Kol-Zchut routes use those): an abstention
+answers "I did not find this" and lists the closest pages as related, not as an answer.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,6 +41,7 @@ from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.prompts import detect_language
 from ragbot.schemas.retrieval import RetrieveResponse
+from ragbot.settings import ChatSettings
 from ragbot.text import analyze
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "evidence",
     "key_terms",
     "related_answer",
+    "rule_for",
 ]
 
 # Words that carry no question-specific meaning, in both languages (after the analyzer's lower-casing).
@@ -210,6 +215,11 @@ class Decision:
         return {"answer": self.answer, "score": round(self.score, 6), "evidence": self.evidence.as_dict()}
 
 
+def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule | None) -> AbstentionRule:
+    """The cross-language rule for a question in another language than its best paragraph, when given."""
+    return cross_language if cross_language is not None and ev.cross_language else rule
+
+
 def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     """Answer when the rule's score reaches its threshold."""
     value = rule.score(ev)
@@ -234,19 +244,19 @@ async def assess(
     selection: Selection,
     quote_debug: Mapping[str, Any] | None,
     retriever: Retriever,
-    options: QuoteOptions,
-    rule: AbstentionRule,
-    fitted_branches: Collection[str] = (),
+    settings: ChatSettings,
 ) -> Decision | None:
     """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
-    scores to read and its dense branches are those the rule was fitted on (``fitted_branches``; empty:
-    any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode has
-    scored its sentences already; strict scores them the same way (one similarity call), so both modes
-    decide on the same evidence."""
+    scores to read and its dense branches are those the rules were fitted on (``abstention_branches``;
+    empty: any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode
+    has scored its sentences already; strict scores them the same way (one similarity call), so both
+    modes decide on the same evidence."""
     if request.mode not in ("strict", "quote") or response is None or not selection.sources:
         return None
-    if fitted_branches and dense_branches(response.debug.model_dump()) != set(fitted_branches):
+    fitted = set(settings.abstention_branches)
+    if fitted and dense_branches(response.debug.model_dump()) != fitted:
         return None
+    options = QuoteOptions.from_settings(settings)
     best = (quote_debug or {}).get("best")
     if request.mode == "strict":
         scored = await score(
@@ -262,7 +272,13 @@ async def assess(
         paragraphs=[d.text for d in selection.documents],
         sentence_top=None if best is None else float(best),
     )
-    return None if ev is None else decide(ev, rule)
+    if ev is None:
+        return None
+    cross = settings.abstention_rule_cross_language
+    rule = rule_for(
+        ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
+    )
+    return decide(ev, rule)
 
 
 def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:

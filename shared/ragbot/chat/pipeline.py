@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
-from ragbot.chat.answerability import AbstentionRule, assess, related_answer
+from ragbot.chat.answerability import assess, related_answer
 from ragbot.chat.boilerplate import is_boilerplate
 from ragbot.chat.citations import confidences, split_cited, to_source
 from ragbot.chat.events import (
@@ -151,9 +151,7 @@ class ChatPipeline:
             selection=selection,
             quote_debug=debug.get("quote"),
             retriever=self.retriever,
-            options=QuoteOptions.from_settings(self.settings),
-            rule=AbstentionRule(**self.settings.abstention_rule),
-            fitted_branches=self.settings.abstention_branches,
+            settings=self.settings,
         )
         if decision is not None:
             debug["answerability"] = decision.debug()

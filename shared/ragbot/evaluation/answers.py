@@ -396,11 +396,13 @@ async def run_answers(
     pages_paths: Sequence[Path] = DEFAULT_PAGES,
     work_dir: Path | None = None,
     before: bool = False,
+    retriever_overrides: Mapping[str, Any] | None = None,
+    compare: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]] | None = None,
 ) -> AnswersRun:
     """Build the retrieval (a fresh store of the sample pages, or a running retriever), the LLM when a
-    mode needs one, and the chat pipeline from settings; evaluate every mode. With ``before``, every mode
-    is also answered as before the abstention rule and the boilerplate filter (``BEFORE_OVERRIDES``),
-    reported as ``<mode>_before``."""
+    mode needs one, and the chat pipeline from settings; evaluate every mode; ``before``: again without
+    the rule and the boilerplate filter (``<mode>_before``); ``compare``: again per suffix with its chat
+    (on ``chat_overrides``) and retriever (on the configured settings) overrides, over the same index."""
     from ragbot.chat.retriever import EngineRetriever, HttpRetriever
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders, cached_queries
@@ -454,23 +456,34 @@ async def run_answers(
             await indexing.index(pages, store=store)
             await store.warm_up()
             index_seconds = time.perf_counter() - t0
-            engine = RetrievalEngine(
-                store=store,
-                embedders=cached_queries(embedders, max_size=model_settings.query_cache_size),
-                definition=definition,
-                defaults=RetrievalDefaults.from_settings(get_retriever_settings()),
-            )
-            inner = EngineRetriever(engine)
+            queries = cached_queries(embedders, max_size=model_settings.query_cache_size)
+
+            def engine_with(overrides: Mapping[str, Any]) -> Retriever:
+                configured = get_retriever_settings().model_copy(update=dict(overrides))
+                defaults = RetrievalDefaults.from_settings(configured)
+                assert store is not None
+                return EngineRetriever(
+                    RetrievalEngine(store=store, embedders=queries, definition=definition, defaults=defaults)
+                )
+
+            inner = engine_with(retriever_overrides or {})
             retrieval = f"{len(pages)} sample pages, models {list(definition.model_names)}, embedded store"
         recorder = RecordingRetriever(inner, text_field=settings.document_text_field)
         prompts = PromptLibrary(settings.prompts_dir)
         pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
         results = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
-        if before:
-            old = settings.model_copy(update=dict(BEFORE_OVERRIDES))
-            pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=old)
-            earlier = await evaluate(pipeline=pipeline, recorder=recorder, questions=questions, modes=modes)
-            results.update({f"{mode}{BEFORE}": fig for mode, fig in earlier.items()})
+        earlier_ones = {BEFORE: (BEFORE_OVERRIDES, retriever_overrides or {})} if before else {}
+        for suffix, (chat_changes, retriever_changes) in {**earlier_ones, **(compare or {})}.items():
+            if retriever_url and retriever_changes:
+                raise ValueError("retriever overrides need the embedded store, not a running retriever")
+            other = RecordingRetriever(
+                inner if retriever_url else engine_with(retriever_changes),
+                text_field=settings.document_text_field,
+            )
+            old = base.model_copy(update={**dict(chat_overrides or {}), **dict(chat_changes)})
+            pipeline = ChatPipeline(llm=llm, retriever=other, prompts=prompts, settings=old)
+            earlier = await evaluate(pipeline=pipeline, recorder=other, questions=questions, modes=modes)
+            results.update({f"{mode}{suffix}": fig for mode, fig in earlier.items()})
         await recorder.close()
     finally:
         if store is not None:

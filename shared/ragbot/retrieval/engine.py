@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ragbot.definition import DocumentDefinition, VectorField
@@ -94,7 +95,7 @@ class RetrievalEngine:
         mode: SearchMode = request.mode or self.defaults.mode
         method: FusionMethod = request.fusion or self.defaults.fusion
         routing = self._route(request, self._branches(request, mode))
-        branches = list(routing.kept)
+        branches = self._language_weighted(routing)
         rerank = self._wants_rerank(request)
         size = request.retrieval_size
         filters: Filters | None = request.filters
@@ -306,6 +307,23 @@ class RetrievalEngine:
         return route_branches(
             branches, languages_of=self._branch_languages, guess=guess, enabled=enabled, why_off=why_off
         )
+
+    def _language_weighted(self, routing: Routing) -> list[Branch]:
+        """The kept branches, each weight times the factors ``language_weights`` gives the question's
+        languages for its model (or "bm25"); as kept when routing is off or the language unknown."""
+        table = self.defaults.language_weights
+        guess = routing.guess
+        if not table or not routing.enabled or guess is None or not guess.known:
+            return list(routing.kept)
+        factors = [table[lang] for lang in sorted(guess.languages) if lang in table]
+        out: list[Branch] = []
+        for b in routing.kept:
+            key = BM25_BRANCH if b.kind == "bm25" else (b.model or b.name)
+            weight = b.weight
+            for factor in factors:
+                weight *= factor.get(key, 1.0)
+            out.append(b if weight == b.weight else replace(b, weight=weight))
+        return out
 
     def _branch_languages(self, branch: Branch) -> tuple[str, ...]:
         if branch.model is None or branch.field is None:

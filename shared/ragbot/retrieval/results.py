@@ -35,6 +35,8 @@ class RetrievalDefaults:
     page_rrf_every_paragraph: bool = False
     # Fuse only the dense branches that serve the question's language (ragbot.retrieval.routing).
     language_routing: bool = True
+    # Per question language, a factor on the weight of each branch by model name or "bm25" (settings).
+    language_weights: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -53,6 +55,7 @@ class RetrievalDefaults:
             store_timeout_s=settings.store_timeout_s,
             embed_timeout_s=settings.embed_timeout_s,
             language_routing=settings.language_routing,
+            language_weights=settings.language_weights,
         )
 
 

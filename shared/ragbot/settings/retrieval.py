@@ -10,6 +10,13 @@ from pydantic_settings import BaseSettings
 
 from ragbot.settings.common import settings_config
 
+# language_weights for a Hebrew corpus searched with the shipped definition (MiniLM on content, e5 on title
+# and content): MiniLM embeds only the corpus's few Latin-script lines, so an English question gets its
+# noise, which score fusion scales to 1.0 like any list's best. Chosen on the tuning half of
+# samples/kolzchut/abstention_questions.json with the per-language-pair abstention rules it was measured
+# with (docs/benchmarks.md): opt-in, like them (RAGBOT_RETRIEVER_LANGUAGE_WEIGHTS).
+HEBREW_CORPUS_LANGUAGE_WEIGHTS: dict[str, dict[str, float]] = {"en": {"all-MiniLM-L6-v2": 0.0}}
+
 
 class RetrieverSettings(BaseSettings):
     """The retriever service."""
@@ -42,3 +49,8 @@ class RetrieverSettings(BaseSettings):
     # Fuse only the dense fields whose model serves the question's script (the definition file's
     # "languages"); a request that names its models is searched as asked. False: every field, always.
     language_routing: bool = True
+    # Per question language (a key the routing's guess holds: "en", "he"), a factor on the weight of each
+    # branch named by its model, or "bm25": {"en": {"all-MiniLM-L6-v2": 0}} for a Hebrew corpus, where an
+    # English-only model finds nothing but the few Latin-script lines (its best noise still scales to
+    # 1.0 in score fusion). Empty: every weight as the definition and the request say.
+    language_weights: dict[str, dict[str, float]] = Field(default_factory=dict)
