@@ -488,7 +488,9 @@ def test_waiting_pings_share_one_pipeline_call_and_each_is_acknowledged(
     assert _deliver(world, celery_app) == "done"
 
     records = [world.run(world.jobs.get(job_id=j)) for j in [*jobs, again]]
-    assert [r.state if r else None for r in records] == [JobState.done] * 5 + [JobState.skipped]
+    assert [r.state if r else None for r in records] == [JobState.done] * 5 + [JobState.skipped], [
+        (r.state, r.error) if r else None for r in records
+    ]
     assert all(r is not None and r.detail == "indexed 3 paragraphs" for r in records[:5])
     # 15 paragraphs, two vector fields: one call each for the five pages (the skipped ping embeds nothing)
     assert len(embedder.passage_calls) - before == 2

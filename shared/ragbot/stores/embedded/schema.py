@@ -171,7 +171,10 @@ class Database:
             raise StoreUnavailable("the embedded store is closed", dependency="embedded store")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect()
+            # One thread at a time opens its connection: two threads setting WAL mode on a new file at
+            # once get "database is locked" at once, busy timeout or not (a batch's first reads did).
+            with self._schema_lock:
+                conn = self._connect()
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)
