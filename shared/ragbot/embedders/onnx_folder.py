@@ -35,7 +35,7 @@ import numpy as np
 from ragbot.embedders._counting import tokenizer_counter
 from ragbot.embedders.sentence_transformers import l2_normalise
 from ragbot.errors import ConfigurationError, EmbeddingError
-from ragbot.inference.onnx import cpu_session, export_graph
+from ragbot.inference.onnx import cpu_session, sentence_transformer_graph
 from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)
@@ -124,14 +124,7 @@ def export_sentence_transformer(source: Path, target: Path) -> OnnxManifest:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or getattr(model[0], "do_lower_case", False):
         raise ConfigurationError(f"{source}: only a fast tokenizer without do_lower_case can be exported")
-    sample = tokenizer(["a question", "a longer sample question"], return_tensors="pt", padding=True)
-    graph = export_graph(
-        model[0].auto_model.eval(),
-        lambda inner, **inputs: inner(**inputs).last_hidden_state,
-        {"input_ids": sample["input_ids"], "attention_mask": sample["attention_mask"]},
-        output="last_hidden_state",
-        output_axes={0: "batch", 1: "tokens"},
-    )
+    graph = sentence_transformer_graph(model)
     getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     manifest = OnnxManifest(
         pooling=pooling,

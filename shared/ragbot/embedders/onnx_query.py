@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbot.inference.onnx import cpu_session, export_graph
+from ragbot.inference.onnx import cpu_session, sentence_transformer_graph
 from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)
@@ -52,16 +52,7 @@ class OnnxQueryEncoder:
             logger.info("query encoder stays on torch: pooling %r is not exported", pooling)
             return None
         try:
-            sample = model.tokenizer(
-                ["a question", "a longer sample question"], return_tensors="pt", padding=True
-            )
-            graph = export_graph(
-                model[0].auto_model.eval(),
-                lambda inner, **inputs: inner(**inputs).last_hidden_state,
-                {"input_ids": sample["input_ids"], "attention_mask": sample["attention_mask"]},
-                output="last_hidden_state",
-                output_axes={0: "batch", 1: "tokens"},
-            )
+            graph = sentence_transformer_graph(model)
             session = cpu_session(graph, threads=threads)
         except Exception as exc:  # a model the exporter cannot trace: torch still works
             logger.warning("query encoder stays on torch: ONNX export failed: %s", exc)

@@ -56,6 +56,19 @@ def export_graph(
     return buffer.getvalue()
 
 
+def sentence_transformer_graph(model: Any) -> bytes:
+    """A SentenceTransformer's transformer module as ONNX: token ids and mask in, the last hidden state
+    out (pooling stays with the caller), batch and token axes dynamic."""
+    sample = model.tokenizer(["a question", "a longer sample question"], return_tensors="pt", padding=True)
+    return export_graph(
+        model[0].auto_model.eval(),
+        lambda inner, **inputs: inner(**inputs).last_hidden_state,
+        {"input_ids": sample["input_ids"], "attention_mask": sample["attention_mask"]},
+        output="last_hidden_state",
+        output_axes={0: "batch", 1: "tokens"},
+    )
+
+
 def cpu_session(graph: bytes | Path, *, threads: int = 0) -> Any:
     """An ONNX Runtime CPU session for a serialized graph or a ``.onnx`` file (``threads`` 0: one per
     core)."""
