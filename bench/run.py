@@ -12,6 +12,10 @@ Benchmarks that need data take it from ``RAGBOT_DATA_DIR`` (a folder holding ``b
 so none measures while another loads the machine. A failing benchmark is reported and the others still
 run; the exit code says whether all passed.
 
+Not listed: ``bench/indexing/gpu.py`` (the embedder on CUDA against the CPU) needs a GPU, which CI and
+the dev machines lack; without one it says so and exits 0. Its figures (bench/results/gpu.json) come from
+a device run (docs/benchmarks.md, "GPU").
+
 To add one: put the script under its subject's folder (runnable as ``python -m bench.<subject>.<name>``)
 and add a ``Bench`` to that subject's list in ``subjects()`` (a script path ending in ``.py`` works too).
 

@@ -69,9 +69,13 @@ def resolve_precision(setting: Precision, *, device: str, batched: bool = True) 
 
 
 def cast_model(model: Any, precision: Resolved) -> None:
-    """Cast a torch module (a SentenceTransformer, a CrossEncoder's model) in place."""
-    if precision == "float32":
-        return
+    """Cast a torch module (a SentenceTransformer, a CrossEncoder's model) in place.
+
+    float32 casts too: transformers 5 loads a checkpoint in the dtype it was saved in, so a folder
+    saved in float16 would otherwise run float16 on a CPU while ragbot reports float32 (``.to`` is a
+    no-op for a module already in the dtype).
+    """
     import torch
 
-    model.to(torch.bfloat16 if precision == "bfloat16" else torch.float16)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    model.to(dtypes[precision])

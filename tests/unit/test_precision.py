@@ -1,0 +1,23 @@
+"""``cast_model``: a module ends in the resolved precision whatever dtype its checkpoint was saved in."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragbot.inference.precision import cast_model, resolve_precision
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("saved", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("wanted", ["float32", "bfloat16", "float16"])
+def test_cast_model_ends_in_the_resolved_dtype(saved: str, wanted: str) -> None:
+    module = torch.nn.Linear(4, 3).to(getattr(torch, saved))
+    cast_model(module, wanted)  # type: ignore[arg-type]
+    assert {p.dtype for p in module.parameters()} == {getattr(torch, wanted)}
+
+
+def test_auto_is_float16_on_cuda_and_explicit_settings_are_kept() -> None:
+    assert resolve_precision("auto", device="cuda") == "float16"
+    assert resolve_precision("float32", device="cuda") == "float32"
+    assert resolve_precision("auto", device="cpu", batched=False) == "float32"
