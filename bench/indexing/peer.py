@@ -347,8 +347,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "storm_pages": args.storm,
         "repeat": args.repeat,
         "missing_sets": [s for s in SETS if not (data / s).is_dir()],
-        "note": "sub-sampled corpora (first docs_per_set documents); a shared 2-core machine, other work "
-        "running: ratios come from runs one right after the other",
+        "note": "sub-sampled corpora (first docs_per_set documents); every path and Haystack ran `repeat` "
+        "times, each ragbot run followed at once by its bare-model encode; the fastest of each counts",
     }
     redis = Redis.from_url(os.environ.get("RAGBOT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     prefix = f"bench-peer-{uuid.uuid4().hex[:8]}"
