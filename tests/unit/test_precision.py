@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ragbot.inference.precision import cast_model, resolve_precision
-
-torch = pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize("saved", ["float16", "bfloat16", "float32"])
