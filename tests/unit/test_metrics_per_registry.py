@@ -18,12 +18,20 @@ def test_the_same_registry_gets_the_same_metrics() -> None:
 
 
 def test_fresh_registries_count_their_own_samples() -> None:
-    # Registries are dropped and collected one after another, so ids are reused: every new one must
-    # still get metrics registered in itself (an id()-keyed cache handed out the dead one's).
+    # Registries are dropped and collected one after another until one reuses a dead one's id(): that
+    # one must still get metrics registered in itself (an id()-keyed cache handed out the dead one's).
+    # A full collection takes about a second in a suite's heap, so the loop stops at the first reuse.
+    seen: set[int] = set()
+    reused = False
     for _ in range(50):
         registry = CollectorRegistry()
+        reused = id(registry) in seen
+        seen.add(id(registry))
         worker_metrics(registry).failures.labels("index_page", "invalid_message").inc()
         labels = {"task": "index_page", "reason": "invalid_message"}
         assert registry.get_sample_value("ragbot_task_failures_total", labels) == 1
         del registry
         gc.collect()
+        if reused:
+            break
+    assert reused, "no registry reused a collected one's id: the case this test exists for never ran"
