@@ -39,7 +39,7 @@ OLD_DEFINITION: dict[str, Any] = {
 }
 NEW_DEFINITION: dict[str, Any] = {**OLD_DEFINITION, "models": {MODEL: ["title", "content"]}}
 FIRST_PAGE = 300_000
-DROP_AFTER_S = 15.0
+DROP_AFTER_S = 8.0
 
 
 @dataclass
