@@ -1,6 +1,5 @@
 """The fuzz figures of the security benchmark: Schemathesis against ingest, the retriever and chat as real
-processes, each for a fixed time budget (45 s, ``BENCH_BUDGET_S`` in ``tests/support/fuzz.py``; the
-tests fuzz 30 s).
+processes, each for a fixed time budget (``BUDGET_S``, 45 s; the fuzz tests of ``make test`` spend 30 s).
 
 ``fuzz_cases`` counts the test cases Schemathesis generated and sent, over all three services;
 ``fuzz_5xx`` the responses with a status of 500 or more (target 0). Redis comes from
@@ -21,12 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.fuzz import BENCH_BUDGET_S, fuzz_stack, run_schemathesis  # noqa: E402
+from support.fuzz import fuzz_stack, run_schemathesis  # noqa: E402
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
+BUDGET_S = 45  # seconds of fuzzing per service
 
 
-def measure(*, seconds: int | None = None, redis_url: str | None = None) -> dict[str, int]:
+def measure(*, seconds: int = BUDGET_S, redis_url: str | None = None) -> dict[str, int]:
     """Fuzz every service for its budget; the cases run and the 5xx answers, added over services."""
     url = redis_url or os.environ.get("RAGBOT_TEST_REDIS_URL", DEFAULT_REDIS_URL)
     figures = {"fuzz_cases": 0, "fuzz_requests": 0, "fuzz_5xx": 0, "fuzz_failures": 0}
@@ -35,10 +35,7 @@ def measure(*, seconds: int | None = None, redis_url: str | None = None) -> dict
         with fuzz_stack(redis_url=url, root=root / "stack") as stack:
             for name, base_url in stack.urls.items():
                 result = run_schemathesis(
-                    service=name,
-                    base_url=base_url,
-                    report_dir=root / "reports" / name,
-                    max_time_s=seconds or BENCH_BUDGET_S,
+                    service=name, base_url=base_url, report_dir=root / "reports" / name, max_time_s=seconds
                 )
                 figures["fuzz_cases"] += result.cases
                 figures["fuzz_requests"] += result.requests
@@ -50,7 +47,9 @@ def measure(*, seconds: int | None = None, redis_url: str | None = None) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=None, help="budget per service (default 45)")
+    parser.add_argument(
+        "--seconds", type=int, default=BUDGET_S, help=f"budget per service (default {BUDGET_S})"
+    )
     args = parser.parse_args()
     print(json.dumps(measure(seconds=args.seconds), indent=2))
 

@@ -39,15 +39,14 @@ CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conf
 # Seconds of fuzzing per service in `make test` (about 2,000 cases each on two cores): with the start
 # (about 50 s on a loaded 2-core machine) and each run's spec loading, the fuzz stage stays within 3
 # minutes, and the suite within its 20. The benchmark (bench/security/fuzz.py) hunts longer.
-DEFAULT_BUDGET_S = 30
-BENCH_BUDGET_S = 45
+TEST_BUDGET_S = 30
 START_TIMEOUT_S = 180.0
 ANSWER_TOKENS = 8
 
 
 def budget_s() -> int:
     """The per-service budget: ``RAGBOT_TEST_FUZZ_SECONDS`` when set (a longer local hunt), else 30."""
-    return int(os.environ.get("RAGBOT_TEST_FUZZ_SECONDS", DEFAULT_BUDGET_S))
+    return int(os.environ.get("RAGBOT_TEST_FUZZ_SECONDS", TEST_BUDGET_S))
 
 
 def auth_headers() -> dict[str, str]:
