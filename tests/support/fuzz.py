@@ -36,7 +36,7 @@ from support.processes import (
 
 SERVICES = ("ingest", "retriever", "chat")
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance")
-# Seconds of fuzzing per service in `make test` (about 2,000 cases each on two cores): with the start
+# Seconds of fuzzing per service in `make test` (1,000 to 2,300 cases each on two cores): with the start
 # (about 50 s on a loaded 2-core machine) and each run's spec loading, the fuzz stage stays within 3
 # minutes, and the suite within its 20. The benchmark (bench/security/fuzz.py) hunts longer.
 TEST_BUDGET_S = 30
