@@ -144,8 +144,11 @@ def raw_seconds(embedder: SentenceTransformerEmbedder, texts: Sequence[str]) -> 
     return time.perf_counter() - started
 
 
-def haystack_seconds(docs: Sequence[Mapping[str, str]], model_dir: Path, folder: Path) -> dict[str, Any]:
-    """Haystack's indexing pipeline over the documents, in its own process (bench-only dependency)."""
+def haystack_seconds(
+    docs: Sequence[Mapping[str, str]], model_dir: Path, folder: Path, precision: str = "float32"
+) -> dict[str, Any]:
+    """Haystack's indexing pipeline over the documents, in its own process (bench-only dependency),
+    its model in ``precision`` (float32: what its documented pipeline loads)."""
     path = folder / "haystack-docs.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     command = [
@@ -160,10 +163,22 @@ def haystack_seconds(docs: Sequence[Mapping[str, str]], model_dir: Path, folder:
         str(ROOT / "bench" / "indexing" / "peer_haystack.py"),
         str(path),
         str(model_dir),
+        precision,
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
+
+
+def fastest_haystack(
+    docs: Sequence[Mapping[str, str]], model_dir: Path, folder: Path, repeat: int, precision: str = "float32"
+) -> dict[str, Any]:
+    """Haystack's fastest of ``repeat`` runs in ``precision``."""
+    runs = [haystack_seconds(docs, model_dir, folder, precision) for _ in range(repeat)]
+    fastest = min(runs, key=lambda run: float(run["seconds"]))
+    if fastest["precision"] != precision:
+        raise RuntimeError(f"Haystack ran in {fastest['precision']}, not the {precision} asked for")
+    return fastest
 
 
 def truncation(
@@ -371,10 +386,19 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             eval_s, stats = evals.seconds, evals.detail
             docs = [{"title": d.title, "text": d.text} for d in dataset.corpus.values()]
             # Haystack as often as ragbot, its fastest run counts too
-            peer = min(
-                (haystack_seconds(docs, embedder.path, folder) for _ in range(args.repeat)),
-                key=lambda run: float(run["seconds"]),
-            )
+            peer = fastest_haystack(docs, embedder.path, folder, args.repeat)
+            if embedder.resolved_precision != peer["precision"]:
+                # ragbot's "auto" chose another precision than Haystack's default: Haystack in it too
+                same = fastest_haystack(docs, embedder.path, folder, args.repeat, embedder.resolved_precision)
+                result.update(
+                    {
+                        f"haystack_index_s_same_precision_{name}": same["seconds"],
+                        f"index_ratio_vs_haystack_same_precision_{name}": round(eval_s / same["seconds"], 3),
+                        f"index_ratio_per_text_vs_haystack_same_precision_{name}": round(
+                            (eval_s / stats.paragraphs) / (same["seconds"] / same["texts"]), 3
+                        ),
+                    }
+                )
             result.update(
                 {
                     f"ragbot_eval_index_s_{name}": round(eval_s, 2),

@@ -8,8 +8,10 @@ does. Haystack is a bench-only dependency: ``bench/indexing/peer.py`` runs this 
 sentence-transformers components in that integration package), so ``make test`` never installs it.
 
 Run: ``uv run --with haystack-ai --with sentence-transformers-haystack python
-bench/indexing/peer_haystack.py DOCS.jsonl MODEL_DIR``
-(DOCS: one ``{"title", "text"}`` per line); prints one JSON object.
+bench/indexing/peer_haystack.py DOCS.jsonl MODEL_DIR [PRECISION]``
+(DOCS: one ``{"title", "text"}`` per line; PRECISION ``float32``, the documented default, or
+``bfloat16``, given to the model through the embedder's documented ``model_kwargs``); prints one JSON
+object.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from haystack_integrations.components.embedders.sentence_transformers import (  
 logger = logging.getLogger("bench.indexing.peer_haystack")
 
 
-def main(docs_path: str, model_dir: str) -> dict[str, object]:
+def main(docs_path: str, model_dir: str, precision: str = "float32") -> dict[str, object]:
     """Index the documents once after a warm-up; seconds, documents and the precision used."""
     with open(docs_path, encoding="utf-8") as lines:
         rows = [json.loads(line) for line in lines if line.strip()]
@@ -45,6 +47,9 @@ def main(docs_path: str, model_dir: str) -> dict[str, object]:
         device=ComponentDevice.from_str("cpu"),
         meta_fields_to_embed=["title"],
         progress_bar=False,
+        # float32 is what the documented pipeline loads; bfloat16 only when asked (the same-precision
+        # comparison), through the documented way to pass options to the model
+        model_kwargs=None if precision == "float32" else {"dtype": getattr(torch, precision)},
     )
     pipeline = Pipeline()
     pipeline.add_component("embedder", embedder)
@@ -67,4 +72,4 @@ def main(docs_path: str, model_dir: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(main(sys.argv[1], sys.argv[2])) + "\n")
+    sys.stdout.write(json.dumps(main(*sys.argv[1:4])) + "\n")

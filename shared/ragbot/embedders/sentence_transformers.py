@@ -14,7 +14,7 @@ from ragbot.embedders._counting import tokenizer_counter
 from ragbot.embedders.onnx_query import OnnxQueryEncoder
 from ragbot.errors import EmbeddingError
 from ragbot.inference.device import resolve_device
-from ragbot.inference.precision import Precision, cast_model, resolve_precision
+from ragbot.inference.precision import Precision, cast_model, embedder_precision
 from ragbot.ports import Vector
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ class SentenceTransformerEmbedder:
 
     def warm_up(self) -> None:
         """Load the model once per process: CUDA with fp16 when present (device "auto"), else CPU
-        (bfloat16 there when the CPU has AMX and the work is batched: ``ragbot.inference.precision``)."""
+        (bfloat16 there when the CPU has AVX-512 BF16 and the work is batched:
+        ``ragbot.inference.precision``)."""
         if self._model is not None:
             return
         with self._load_lock:
@@ -120,7 +121,7 @@ class SentenceTransformerEmbedder:
 
                 device = resolve_device(self.device)
                 model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
-                precision = resolve_precision(self.precision, device=device, batched=self.batched)
+                precision = embedder_precision(self.precision, device=device, batched=self.batched)
                 cast_model(model, precision)
                 dimension = _dimension_of(model)
                 max_tokens = int(model.max_seq_length or model.tokenizer.model_max_length)

@@ -26,8 +26,8 @@ class ModelSettings(BaseSettings):
     # Without torch (the CPU images) it sets the threads of the exported models' ONNX Runtime sessions.
     torch_threads: int = Field(default=0, ge=0, le=256)
     # Precision of torch models (embedders, reranker): "auto" is float16 on CUDA, bfloat16 for batched
-    # work on a CPU with AMX (about 2.5x float32's throughput there), float32 otherwise. See
-    # ragbot.inference.precision.
+    # work on a CPU with AMX (about 2.5x float32's throughput there) and for the embedders' batches on
+    # a CPU with AVX-512 BF16 (about 1.75x for MiniLM), float32 otherwise. See ragbot.inference.precision.
     precision: Precision = "auto"
     # How a one-query-at-a-time process (the retriever) embeds queries on a CPU: "auto" exports plain
     # sentence-transformers models to ONNX Runtime at warm-up (ragbot.embedders.onnx_query), "torch"
