@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import types
@@ -313,3 +314,34 @@ def test_real_models_load_and_embed(real_models: dict[str, Embedder]) -> None:
         ]
         for name, future in futures:
             np.testing.assert_allclose(future.result(), expected[name], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_minilm_batches_by_tokens_not_characters_and_keeps_each_texts_vector(
+    real_models: dict[str, Embedder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minilm = real_models["all-MiniLM-L6-v2"]
+    assert isinstance(minilm, SentenceTransformerEmbedder)
+    # Few characters and many tokens (rare letter runs) against many characters and few tokens
+    # (common words): sorted by characters, the two kinds would share batches.
+    texts = [
+        ("qzx" * (n + 1) + " ") * 3 if n % 2 else "the " * (10 + n) for n in range(3 * minilm.batch_size)
+    ]
+    batches: list[list[int]] = []
+    encode_batch = minilm._encode_batch
+
+    def recording(batch: list[str], prefix: str) -> np.ndarray:
+        batches.append([min(minilm.count_tokens(t), minilm.max_tokens) for t in batch])
+        return encode_batch(batch, prefix)
+
+    monkeypatch.setattr(minilm, "_encode_batch", recording)
+    together = minilm.embed_passages(texts)
+    assert [len(b) for b in batches] == [minilm.batch_size] * 3
+    # each batch holds the next longest texts by tokens: no batch's shortest is shorter than a later
+    # batch's longest
+    for earlier, later in itertools.pairwise(batches):
+        assert min(earlier) >= max(later)
+    # and every row is its own text's vector
+    for i in (0, 1, len(texts) // 2, len(texts) - 1):
+        alone = minilm.embed_passages([texts[i]])[0]
+        assert float(together[i] @ alone) >= 0.9999

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +13,13 @@ from support.fakes import HashEmbedder
 
 from ragbot.definition import DocumentDefinition, load_definition, parse_definition
 from ragbot.errors import ConfigurationError
-from ragbot.indexing.embed import build_stored_paragraphs, doc_id, effective_max_tokens
+from ragbot.indexing.embed import (
+    EMBED_CALL_TEXTS,
+    build_stored_paragraphs,
+    doc_id,
+    effective_max_tokens,
+    embed_distinct,
+)
 from ragbot.ports import Embedder
 from ragbot.schemas.pages import Block, Page
 
@@ -232,3 +239,23 @@ def test_a_real_kolzchut_page_is_indexed_with_fresh_timestamps() -> None:
     assert all(len(s.fields["content"].split()) + 2 <= 256 for s in stored)
     assert len({s.doc_id for s in stored}) == len(stored)
     assert sum(len(c) for c in embedders["multilingual-e5-small"].passage_calls) == len(stored) + 1
+
+
+def test_embedding_calls_take_texts_by_token_count_not_characters() -> None:
+    # The fake counts words: a few long words are long in characters and short in tokens.
+    embedder = HashEmbedder(max_tokens=40)
+    texts = [
+        f"lengthyword{n:04d}xxxx " * (n % 7 + 1) if n % 2 else f"a{n} " * (n % 30 + 1)
+        for n in range(3 * EMBED_CALL_TEXTS)
+    ]
+    vectors = embed_distinct(embedder, texts)
+    calls = embedder.passage_calls
+    assert len(calls) > 1
+    capped = [[min(embedder.count_tokens(t), embedder.max_tokens) for t in call] for call in calls]
+    for earlier, later in itertools.pairwise(capped):
+        assert min(earlier) >= max(later)
+    # and each text still gets its own vector
+    expected = embedder.vectors(texts)
+    for i, vector in enumerate(vectors):
+        assert vector is not None
+        np.testing.assert_allclose(vector, expected[i], atol=1e-6)
