@@ -206,32 +206,27 @@ class SentenceTransformerEmbedder:
 
         ``SentenceTransformer.encode`` sorts a call's texts by characters, not tokens: over SciFact's
         paragraphs its batches of 32 carry 20% padding, token-sorted batches 3% (docs/benchmarks.md,
-        issue 31). The counter that splits pages counts the tokens (cached per word, truncated at
-        the model's limit; the prefix adds the same to every text, so it does not change the order),
-        and each batch is one ``encode`` call.
+        issue 31). The counter that splits pages counts the tokens (cached per word; the prefix adds
+        the same to every text and truncation the same cap, so neither changes the order), and each
+        batch is one ``encode`` call.
         """
-        size = self.batch_size
-        if len(texts) <= size:
+        if len(texts) <= self.batch_size:
             return self._encode_batch(texts, prefix)
-        assert self._counter is not None
-        limit = self._max_tokens or 1 << 30
-        lengths = [min(self._counter(t), limit) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-        out: np.ndarray[Any, Any] | None = None
-        for start in range(0, len(order), size):
-            rows = order[start : start + size]
-            vectors = self._encode_batch([texts[i] for i in rows], prefix)
-            if out is None:
-                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
-            out[rows] = vectors
-        assert out is not None
+        count = self._counter
+        assert count is not None
+        order = sorted(range(len(texts)), key=lambda i: -count(texts[i]))
+        out = np.empty((len(texts), self._dimension), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            out[rows] = self._encode_batch([texts[i] for i in rows], prefix)
         return out
 
     def _encode_batch(self, texts: list[str], prefix: str) -> np.ndarray[Any, Any]:
+        """One batch of the model, as many texts as given."""
         result: np.ndarray[Any, Any] = self._model.encode(
             texts,
             prompt=prefix,
-            batch_size=max(len(texts), 1),
+            batch_size=len(texts),
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
