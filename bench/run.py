@@ -93,8 +93,21 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
             Bench("embedded_store", "bench.retrieval.embedded_store"),
             *(retrieval_quality(data) if data is not None else []),
         ],
-        # abstention and boilerplate on the held-out half of samples/kolzchut/abstention_questions.json
-        "answers": [Bench("answers", "bench.answers.abstention")],
+        # abstention and boilerplate on the held-out half of samples/kolzchut/abstention_questions.json,
+        # then on a second set held out whole (never read before its candidate was fixed)
+        "answers": [
+            Bench("answers", "bench.answers.abstention"),
+            Bench(
+                "answers_fresh",
+                "bench.answers.abstention",
+                (
+                    "--questions",
+                    "samples/kolzchut/abstention_questions_fresh.json",
+                    "--out",
+                    "bench/results/answers_fresh.json",
+                ),
+            ),
+        ],
         "chat": [Bench("chat", "bench.chat.sessions")],
         "security": [Bench("security", "bench.report", ("security",))],
         "operations": [Bench("operations", "bench.report", ("operations",))],

@@ -16,8 +16,11 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   ``ragbot.settings.chat``: a candidate, opt-in). The held-out half is never read.
 - default: answer the held-out half in ``quote`` as shipped (one rule, every branch) and, over the same
   index in the same run, as the candidate (``_perpair``: the rules per language pair, MiniLM out for
-  English questions), with that retrieval and no rule (``_minilm_out_norule``), and as before any rule
-  and the boilerplate filter (``_before``); write
+  English questions), with that retrieval and no rule (``_minilm_out_norule``), with English questions
+  also translated word by word into Hebrew and the rules fitted with that (``_translated``, ``--fit
+  --translate``) and that retrieval with no rule (``_translated_norule``), and as before any rule
+  and the boilerplate filter (``_before``); ``--questions FILE``: every question of a set held out whole
+  (``samples/kolzchut/abstention_questions_fresh.json``) instead of the held-out half; write
   ``bench/results/answers.json``: ``answers_gold_cited`` (target >= 0.9), ``answers_offtopic_abstained``
   (>= 0.9), ``answers_boilerplate_quoted`` (0), ``answers_supported_sentences`` (>= 0.95), per mode and
   per question language (``_he``, ``_en``). ``--strict`` adds the embedded LLM's ``strict`` on every
@@ -253,6 +256,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--limit", type=int, default=0, help="only the first N held-out questions (a subset)")
     parser.add_argument("--rows", type=Path, help="also write every answer (JSON) here")
+    parser.add_argument(
+        "--questions",
+        type=Path,
+        help="report every question of this file (a set held out whole) instead of the held-out half",
+    )
+    parser.add_argument(
+        "--translate",
+        action="store_true",
+        help="with --fit: English questions also search with their words translated into Hebrew",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -265,11 +278,17 @@ def main(argv: list[str] | None = None) -> None:
         load_questions,
         run_answers,
     )
-    from ragbot.settings.chat import ABSTENTION_RULE_CROSS_LANGUAGE, ABSTENTION_RULE_SAME_LANGUAGE
+    from ragbot.settings.chat import (
+        ABSTENTION_RULE_CROSS_LANGUAGE,
+        ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED,
+        ABSTENTION_RULE_SAME_LANGUAGE,
+        ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED,
+    )
     from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
     questions = load_questions()
-    weights = {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS}
+    weights: dict[str, Any] = {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS}
+    translated = {**weights, "translate_queries_to": "he"}
     if args.fit:
         if args.from_report:
             tune = {q.id for q in half_of(questions, "tune")}
@@ -283,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
                     questions=half_of(questions, "tune"),
                     modes=["quote"],
                     chat_overrides={"abstention_enabled": False},
-                    retriever_overrides=weights,
+                    retriever_overrides=translated if args.translate else weights,
                 )
             )
             rows = [r for r in tuned.report()["answers"] if r["evidence"]]
@@ -298,12 +317,21 @@ def main(argv: list[str] | None = None) -> None:
         "abstention_rule": ABSTENTION_RULE_SAME_LANGUAGE,
         "abstention_rule_cross_language": ABSTENTION_RULE_CROSS_LANGUAGE,
     }
+    per_pair_translated = {
+        "abstention_rule": ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED,
+        "abstention_rule_cross_language": ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED,
+    }
     compare: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "_perpair": (per_pair, weights),
         "_minilm_out_norule": ({"abstention_enabled": False}, weights),
+        "_translated": (per_pair_translated, translated),
+        "_translated_norule": ({"abstention_enabled": False}, translated),
         BEFORE: (dict(BEFORE_OVERRIDES), {}),
     }
-    questions = half_of(questions, "held_out")
+    if args.questions is not None:  # a set held out whole (no tuning half)
+        questions = load_questions(args.questions)
+    else:
+        questions = half_of(questions, "held_out")
     if args.limit:
         questions = questions[: args.limit]
     previous: dict[str, Any] = {}
@@ -341,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
             for suffix in ("", *compare):
                 figures[f"answers_{name}{suffix}"] = figures[f"quote_answers_{name}{suffix}"]
         figures["answers_questions"] = float(run.questions)
-        figures["answers_half"] = "held_out"
+        figures["answers_half"] = "all" if args.questions is not None else "held_out"
         figures["answers_index_s"] = round(run.index_seconds, 2)
         figures["answers_total_s"] = round(run.seconds, 2)
         figures["llm"] = "none"

@@ -25,10 +25,10 @@ from ragbot.evaluation.answers import (
     DEFAULT_PAGES,
     AnswersRun,
     half_of,
-    load_pages,
     load_questions,
     run_answers,
 )
+from ragbot.evaluation.sample_index import load_pages
 from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

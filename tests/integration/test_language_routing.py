@@ -21,6 +21,7 @@ from ragbot.embedders import build_embedders
 from ragbot.indexing.pipeline import IndexingPipeline
 from ragbot.ports import Embedder, SearchStore, StoredParagraph
 from ragbot.retrieval import BM25_BRANCH, RetrievalDefaults, RetrievalEngine
+from ragbot.retrieval.translation import build_translator
 from ragbot.schemas.pages import Page
 from ragbot.schemas.retrieval import RetrieveRequest
 from ragbot.settings import ModelSettings, StoreSettings
@@ -247,3 +248,83 @@ async def test_pages_indexed_through_the_pipeline_give_minilm_only_their_english
             if isinstance(store, ElasticsearchStore):
                 await store.drop_indices()
             await store.close()
+
+
+async def test_an_english_question_also_searches_with_its_words_in_the_corpus_language(
+    store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    """The lexicon is the store's Hebrew words; only an English question is translated, and only the
+    multilingual model's vector changes."""
+    translator = await build_translator(
+        store=store, definition=definition, embedders=embedders, language="he", limit=500, reference_words=400
+    )
+    assert translator is not None and translator.model == "multilingual-e5-small"
+    assert {"אבטלה", "לידה", "מינימום"} <= set(translator.words)
+    assert not any(w.isascii() for w in translator.words)  # the English pages' words are not targets
+
+    plain = engine_on(store, definition, embedders, routing=True)
+    engine = engine_on(store, definition, embedders, routing=True)
+    engine.translator = translator
+    question = RetrieveRequest(query="What is the minimum wage?")
+    before = (await plain.retrieve(question)).debug.model_dump()
+    after = (await engine.retrieve(question)).debug.model_dump()
+    assert before["translation"] is None
+    translation = after["translation"]
+    assert translation["model"] == "multilingual-e5-small" and translation["language"] == "he"
+    words = translation["words"].split()
+    assert len(words) == 2 and set(words) <= set(translator.words)
+
+    def scores(debug: dict[str, Any], branch: str) -> dict[str, float]:
+        return {c["_id"]: c["score"] for c in debug["branches"][branch]["candidates"]}
+
+    assert scores(after, MINILM_FIELD) == scores(before, MINILM_FIELD)
+    assert scores(after, BM25_BRANCH) == scores(before, BM25_BRANCH)
+    e5_content = "content_multilingual-e5-small_vectors"
+    assert scores(after, e5_content) != scores(before, e5_content)
+    hebrew = await engine.retrieve(RetrieveRequest(query="מה גובה שכר המינימום?"))
+    assert hebrew.debug.model_dump()["translation"] is None
+
+
+async def test_the_retriever_builds_its_translator_in_the_background_from_the_live_store(
+    tmp_path: Path, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    """RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO: the generation serves at once, untranslated, and translates
+    once the lexicon of the store's words is built; closing the generation stops a build still running."""
+    from ragbot.ports import Generation
+    from ragbot_retriever.generations import close, serve
+
+    path = tmp_path / "served.sqlite3"
+    settings = StoreSettings(backend="embedded", embedded_path=path)
+    dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+    writer = build_store(settings=settings, definition=definition, dimensions=dimensions)
+    await writer.ensure_ready()
+    for page in paragraphs(definition, embedders):
+        await writer.replace_page(page_id=page[0].page_id, revision_id=1, paragraphs=page)
+    await writer.close()
+
+    async def served() -> Any:
+        return await serve(
+            generation=Generation("legacy"),
+            configured=definition,
+            store_settings=settings,
+            embedders_for=lambda d: {m: embedders[m] for m in d.model_names},
+            reranker=None,
+            defaults=RetrievalDefaults(fusion="score", rerank=False),
+            store_timeout_s=10,
+            translate_to="he",
+            vocabulary=200,
+        )
+
+    serving = await served()
+    assert serving.translating is not None
+    await serving.translating
+    translator = serving.engine.translator
+    assert translator is not None and "אבטלה" in translator.words
+    response = await serving.engine.retrieve(RetrieveRequest(query="How do I claim unemployment benefits?"))
+    assert response.debug.model_dump()["translation"]["language"] == "he"
+    await close(serving, keep_models=True)
+
+    again = await served()
+    await close(again, keep_models=True)  # at once: the build is cancelled, not left running
+    assert again.translating is not None and again.translating.cancelled()
+    assert again.engine.translator is None

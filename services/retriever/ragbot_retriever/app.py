@@ -29,7 +29,7 @@ from ragbot.settings import (
 )
 from ragbot.stores.generations import build_generations
 from ragbot_retriever.deps import Resources
-from ragbot_retriever.generations import Serving, follow, install, live_or_legacy, serve
+from ragbot_retriever.generations import Serving, follow, install, live_or_legacy, serve, stop_translating
 from ragbot_retriever.routes import router
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ async def build_resources(
             defaults=defaults,
             store_timeout_s=retriever_settings.store_timeout_s,
             reuse=reuse,
+            translate_to=retriever_settings.translate_queries_to,
+            vocabulary=retriever_settings.translation_vocabulary,
         )
 
     # The live generation, queried with its own definition (the file may already name the next one).
@@ -105,6 +107,7 @@ async def build_resources(
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
+        await stop_translating(resources.extra.get("translating"))
         await resources.store.close()
         await generations.close()
         for embedder in resources.embedders.values():

@@ -12,6 +12,7 @@ models are closed a little later, once the queries that started on them have end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from ragbot.errors import RagbotError
 from ragbot.observability.metrics import retrieval_metrics
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.retrieval.translation import build_translator
 from ragbot.settings import StoreSettings
 from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation, stores_what
 from ragbot_retriever.deps import Resources
@@ -38,6 +40,8 @@ class Serving:
     opened: OpenedGeneration
     embedders: Mapping[str, Embedder]
     engine: RetrievalEngine
+    # Building the engine's query translator from the store's words (RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO).
+    translating: asyncio.Task[None] | None = None
 
 
 def definition_for(generation: Generation, configured: DocumentDefinition) -> DocumentDefinition:
@@ -67,6 +71,8 @@ async def serve(
     defaults: RetrievalDefaults,
     store_timeout_s: float,
     reuse: Serving | None = None,
+    translate_to: str | None = None,
+    vocabulary: int = 20000,
 ) -> Serving:
     """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
     definition = definition_for(generation, configured)
@@ -104,7 +110,24 @@ async def serve(
             "definition until a re-embed switches",
             generation.generation_id,
         )
-    return Serving(opened=opened, embedders=embedders, engine=engine)
+    translating = None
+    if translate_to:
+        translating = asyncio.create_task(_translate(engine, language=translate_to, vocabulary=vocabulary))
+    return Serving(opened=opened, embedders=embedders, engine=engine, translating=translating)
+
+
+async def _translate(engine: RetrievalEngine, *, language: str, vocabulary: int) -> None:
+    """Build the engine's translator from its store's words; questions search untranslated meanwhile."""
+    try:
+        engine.translator = await build_translator(
+            store=engine.store,
+            definition=engine.definition,
+            embedders=engine.embedders,
+            language=language,
+            limit=vocabulary,
+        )
+    except (RagbotError, OSError, ValueError) as exc:
+        logger.warning("questions are not translated into %s: %s", language, exc)
 
 
 def _loaded(embedders_for: EmbeddersFor, definition: DocumentDefinition) -> Mapping[str, Embedder]:
@@ -121,14 +144,24 @@ def install(resources: Resources, serving: Serving) -> None:
     resources.embedders = serving.embedders
     resources.definition = serving.opened.definition
     resources.extra["generation"] = serving.opened.generation.generation_id
+    resources.extra["translating"] = serving.translating
 
 
 async def close(serving: Serving, *, keep_models: bool) -> None:
     """Close a generation's store, and its models unless the next one shares them."""
+    await stop_translating(serving.translating)
     await serving.opened.store.close()
     if not keep_models:
         for embedder in serving.embedders.values():
             embedder.close()
+
+
+async def stop_translating(task: object) -> None:
+    """Cancel a translator build still running (its store is about to close)."""
+    if isinstance(task, asyncio.Task) and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def follow(

@@ -25,10 +25,8 @@ that call one.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -351,11 +349,6 @@ async def evaluate(
     return out
 
 
-def load_pages(path: Path) -> list[dict[str, Any]]:
-    """Page records (the content API's shape) from a JSONL file."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 @dataclass(slots=True)
 class AnswersRun:
     """What ``run_answers`` measured and with what."""
@@ -403,21 +396,11 @@ async def run_answers(
     mode needs one, and the chat pipeline from settings; evaluate every mode; ``before``: again without
     the rule and the boilerplate filter (``<mode>_before``); ``compare``: again per suffix with its chat
     (on ``chat_overrides``) and retriever (on the configured settings) overrides, over the same index."""
-    from ragbot.chat.retriever import EngineRetriever, HttpRetriever
-    from ragbot.definition import load_definition
-    from ragbot.embedders import build_embedders, cached_queries
-    from ragbot.indexing.pipeline import IndexingPipeline, SplitOptions
+    from ragbot.chat.retriever import HttpRetriever
+    from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
-    from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-    from ragbot.schemas.pages import Page
-    from ragbot.settings import (
-        get_chat_settings,
-        get_model_settings,
-        get_retriever_settings,
-        get_worker_settings,
-    )
-    from ragbot.stores.embedded import EmbeddedStore
+    from ragbot.settings import get_chat_settings
 
     started = time.perf_counter()
     base = get_chat_settings()
@@ -427,47 +410,17 @@ async def run_answers(
     if needs_llm:
         llm.warm_up()
     index_seconds = 0.0
-    store: EmbeddedStore | None = None
+    index: SampleIndex | None = None
     try:
         if retriever_url:
             inner: Retriever = HttpRetriever(base_url=retriever_url, timeout_s=settings.retriever_timeout_s)
             retrieval = f"retriever at {retriever_url}"
         else:
-            model_settings = get_model_settings()
-            definition = load_definition(model_settings.document_definition)
-            embedders = build_embedders(settings=model_settings, definition=definition)
-            for embedder in embedders.values():
-                embedder.warm_up()
-            folder = work_dir or Path(tempfile.mkdtemp(prefix="ragbot-eval-answers-"))
-            store = EmbeddedStore(
-                path=folder / "answers.sqlite3",
-                definition=definition,
-                dimensions={v.name: embedders[v.model].dimension for v in definition.vector_fields},
-            )
-            await store.ensure_ready()
-            worker = get_worker_settings()
-            indexing = IndexingPipeline(
-                definition=definition,
-                embedders=embedders,
-                split=SplitOptions(max_tokens=worker.paragraph_tokens, link_targets=worker.link_targets),
-            )
-            t0 = time.perf_counter()
-            pages = [Page.from_wiki_content(r) for path in pages_paths for r in load_pages(path)]
-            await indexing.index(pages, store=store)
-            await store.warm_up()
-            index_seconds = time.perf_counter() - t0
-            queries = cached_queries(embedders, max_size=model_settings.query_cache_size)
-
-            def engine_with(overrides: Mapping[str, Any]) -> Retriever:
-                configured = get_retriever_settings().model_copy(update=dict(overrides))
-                defaults = RetrievalDefaults.from_settings(configured)
-                assert store is not None
-                return EngineRetriever(
-                    RetrievalEngine(store=store, embedders=queries, definition=definition, defaults=defaults)
-                )
-
-            inner = engine_with(retriever_overrides or {})
-            retrieval = f"{len(pages)} sample pages, models {list(definition.model_names)}, embedded store"
+            index = await SampleIndex.build(pages_paths, work_dir)
+            index_seconds = index.index_seconds
+            inner = await index.engine_with(retriever_overrides or {})
+            models = list(index.definition.model_names)
+            retrieval = f"{index.pages} sample pages, models {models}, embedded store"
         recorder = RecordingRetriever(inner, text_field=settings.document_text_field)
         prompts = PromptLibrary(settings.prompts_dir)
         pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
@@ -477,7 +430,7 @@ async def run_answers(
             if retriever_url and retriever_changes:
                 raise ValueError("retriever overrides need the embedded store, not a running retriever")
             other = RecordingRetriever(
-                inner if retriever_url else engine_with(retriever_changes),
+                inner if index is None else await index.engine_with(retriever_changes),
                 text_field=settings.document_text_field,
             )
             old = base.model_copy(update={**dict(chat_overrides or {}), **dict(chat_changes)})
@@ -486,8 +439,8 @@ async def run_answers(
             results.update({f"{mode}{suffix}": fig for mode, fig in earlier.items()})
         await recorder.close()
     finally:
-        if store is not None:
-            await store.close()
+        if index is not None:
+            await index.close()
         await llm.close()
     return AnswersRun(
         modes=results,

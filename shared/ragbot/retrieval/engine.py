@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ragbot.definition import DocumentDefinition, VectorField
 from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
 from ragbot.observability.spans import span
@@ -40,6 +42,7 @@ from ragbot.retrieval.results import (
     strip_vector_fields,
 )
 from ragbot.retrieval.routing import Routing, route_branches
+from ragbot.retrieval.translation import SOURCE_LANGUAGE, LexiconTranslator
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
 from ragbot.text.language import detect_language
 
@@ -69,12 +72,16 @@ class RetrievalEngine:
         definition: DocumentDefinition,
         reranker: Reranker | None = None,
         defaults: RetrievalDefaults | None = None,
+        translator: LexiconTranslator | None = None,
     ) -> None:
         self.store = store
         self.embedders = dict(embedders)
         self.definition = definition
         self.reranker = reranker
         self.defaults = defaults or RetrievalDefaults()
+        # Set once built (the retriever builds it in the background): English questions over a corpus in
+        # another language also search with their words' translation (ragbot.retrieval.translation).
+        self.translator = translator
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
         """Answer ``POST /v1/retrieve``: documents, the debug view of every stage and timings."""
@@ -100,6 +107,7 @@ class RetrievalEngine:
         size = request.retrieval_size
         filters: Filters | None = request.filters
         candidates: dict[str, list[SearchHit]] = {}
+        translation: dict[str, str] | None = None
 
         bm25_task: asyncio.Task[tuple[list[SearchHit], float]] | None = None
         if any(b.kind == "bm25" for b in branches):
@@ -112,6 +120,7 @@ class RetrievalEngine:
                 with span("retrieval embed", {"ragbot.models": ",".join(models)}):
                     embedded = await asyncio.gather(*(self._embed(m, query) for m in models))
                 vectors = dict(zip(models, embedded, strict=True))
+                translation = await self._translated(query, routing, vectors)
                 timings["embed"] = _ms(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 results = await asyncio.gather(
@@ -164,6 +173,7 @@ class RetrievalEngine:
             timings_ms=timings,
             routing=routing.as_debug() if any(r.kind == "dense" for r in routing.routes) else None,
             skipped_branches=list(routing.skipped),
+            translation=translation,
         )
         ranked = fused
         if rerank and fused:
@@ -227,6 +237,7 @@ class RetrievalEngine:
             ],
             "pages": page_order(result.documents, lambda h: h.page_id),
             "rerank": None,
+            "translation": result.translation,
         }
         if result.rerank_scores is not None:
             debug["rerank"] = {
@@ -389,6 +400,36 @@ class RetrievalEngine:
             raise
         except (RagbotError, OSError, RuntimeError) as exc:
             raise DependencyUnavailable(f"{dependency} failed: {exc}", dependency=dependency) from exc
+
+    async def _translated(
+        self, query: str, routing: Routing, vectors: dict[str, Vector]
+    ) -> dict[str, str] | None:
+        """For an English question over a corpus in the translator's language: its words' translation,
+        whose vector is averaged with the question's for the translator's model (in place)."""
+        translator = self.translator
+        guess = routing.guess if routing.guess is not None else detect_language(query)
+        if (
+            translator is None
+            or translator.model not in vectors
+            or SOURCE_LANGUAGE not in guess.languages
+            or translator.language in guess.languages
+        ):
+            return None
+        model = translator.model
+        embedder = self.embedders[model]
+        words = await self._in_thread(
+            f"model:{model}", lambda: translator.translate(query, embedder), self.defaults.embed_timeout_s
+        )
+        if not words:
+            return None
+        length = max(float(np.linalg.norm(vectors[model])), 1e-12)
+        translated = await self._embed(model, words)
+        mean = vectors[model] / length + translated / max(float(np.linalg.norm(translated)), 1e-12)
+        # As long as the question's own vector: scores stay cosines for a store that does not normalise.
+        vectors[model] = np.asarray(
+            mean * (length / max(float(np.linalg.norm(mean)), 1e-12)), dtype=np.float32
+        )
+        return {"model": model, "language": translator.language, "words": words}
 
     async def _embed(self, model: str, query: str) -> Vector:
         embedder = self.embedders[model]

@@ -90,6 +90,8 @@ class RetrievalResult:
     routing: dict[str, Any] | None = None
     # Dense branches routing left out (their models do not serve the question's language).
     skipped_branches: list[Branch] = field(default_factory=list)
+    # An English question's words translated into the corpus's language: model, language and words.
+    translation: dict[str, str] | None = None
 
     @property
     def no_relevant_paragraphs(self) -> bool:

@@ -163,6 +163,14 @@ class RoutingDebug(BaseModel):
     branches: dict[str, BranchRoute] = Field(default_factory=dict)
 
 
+class TranslationDebug(BaseModel):
+    """An English question's content words translated into the corpus's language (one word each)."""
+
+    model: str = Field(description="the multilingual model whose query vector averaged both")
+    language: str = Field(description="the corpus language translated into")
+    words: str = Field(description="the translation, in the question's word order")
+
+
 class RetrievalDebug(BaseModel):
     """Every stage of one retrieval: the knobs used, each branch's candidates, the fused list, rerank.
 
@@ -178,6 +186,9 @@ class RetrievalDebug(BaseModel):
     fused: list[FusedRow] = Field(default_factory=list)
     pages: list[int] = Field(default_factory=list, description="page ids in the order of the documents")
     rerank: RerankDebug | None = None
+    translation: TranslationDebug | None = Field(
+        default=None, description="set when RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO translated the question"
+    )
 
 
 class PageDocuments(BaseModel):

@@ -52,6 +52,27 @@ ABSTENTION_RULE_CROSS_LANGUAGE: dict[str, float] = {
     "bm25_gap": 6.371888,
     "threshold": -0.106082,
 }
+# The same fit with English questions translated word by word into Hebrew (the retriever's
+# RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO=he): bench/answers/abstention.py --fit --translate, on the tuning
+# half only (bench/results/abstention_fit_translated.json). A candidate, opt-in like the pair above.
+ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED: dict[str, float] = {
+    "bias": -33.168684,
+    "dense_top": 22.873567,
+    "sentence_top": 11.756788,
+    "coverage": 2.214647,
+    "dense_gap": 42.195341,
+    "bm25_gap": 1.415487,
+    "threshold": 0.496721,
+}
+ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED: dict[str, float] = {
+    "bias": -59.355465,
+    "dense_top": 54.544522,
+    "sentence_top": 12.814656,
+    "coverage": -1.167214,
+    "dense_gap": -35.2422,
+    "bm25_gap": -0.922793,
+    "threshold": 0.36235,
+}
 
 
 class LLMSettings(BaseSettings):

@@ -54,3 +54,9 @@ class RetrieverSettings(BaseSettings):
     # English-only model finds nothing but the few Latin-script lines (its best noise still scales to
     # 1.0 in score fusion). Empty: every weight as the definition and the request say.
     language_weights: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # A corpus language ("he"): English questions also search with each content word's nearest corpus
+    # word, by the multilingual model (ragbot.retrieval.translation). The lexicon is built from the
+    # store's words (the translation_vocabulary most frequent) in the background at start; until it is
+    # ready, and for new words until a restart, questions search untranslated. None: off.
+    translate_queries_to: str | None = Field(default=None, min_length=2, max_length=3)
+    translation_vocabulary: int = Field(default=20000, ge=100, le=500000)

@@ -1,0 +1,269 @@
+"""Word-by-word translation of an English question into the corpus language, by the multilingual embedder.
+
+Cross-language dense retrieval with a small multilingual model (e5-small) finds a Hebrew page for an
+English question less often than for the same question in Hebrew. With no translation model, a
+lexicon is induced from the embedder itself (bilingual lexicon induction): the corpus's own words are
+embedded once, each content word of an English question is embedded at query time, and its nearest
+corpus word by CSLS (cross-domain similarity local scaling: the cosine minus half the corpus word's
+mean cosine to its 10 nearest common English words, which demotes "hub" words close to everything)
+is its translation. The engine averages the question's vector with that translation's
+(``RetrievalEngine``). The corpus vocabulary is read from the store (``corpus_vocabulary``); the
+common English words are ``wordfreq``'s most frequent.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragbot.definition import DocumentDefinition
+from ragbot.ports import Embedder, SearchStore
+from ragbot.text.language import ANY_LANGUAGE, SCRIPT_LANGUAGES, script_of
+
+logger = logging.getLogger(__name__)
+
+SOURCE_LANGUAGE = "en"
+# The question words never translated: English function words (closed classes).
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "am",
+        "do",
+        "does",
+        "did",
+        "i",
+        "my",
+        "me",
+        "we",
+        "our",
+        "you",
+        "your",
+        "to",
+        "of",
+        "in",
+        "on",
+        "for",
+        "at",
+        "by",
+        "with",
+        "from",
+        "and",
+        "or",
+        "if",
+        "can",
+        "how",
+        "what",
+        "when",
+        "who",
+        "which",
+        "whom",
+        "where",
+        "why",
+        "be",
+        "been",
+        "being",
+        "have",
+        "has",
+        "had",
+        "will",
+        "would",
+        "should",
+        "could",
+        "much",
+        "many",
+        "there",
+        "this",
+        "that",
+        "these",
+        "those",
+        "it",
+        "its",
+        "as",
+        "about",
+        "into",
+        "not",
+        "no",
+        "yes",
+        "get",
+        "got",
+        "any",
+        "some",
+        "per",
+        "s",
+    ]
+)
+HUB_NEIGHBOURS = 10
+REFERENCE_WORDS = 5000
+_ENGLISH_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
+_WORD = re.compile(r"\w+(?:[\"'״׳]\w+)*")
+
+
+def _normalised(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.asarray(matrix / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
+def _script_of_language(language: str) -> str:
+    for script, languages in SCRIPT_LANGUAGES.items():
+        if language in languages:
+            return script
+    raise ValueError(f"no known script writes language {language!r}")
+
+
+def corpus_words(texts: Iterable[str], *, language: str) -> Counter[str]:
+    """Each word of ``texts`` written in ``language``'s script, with the number of texts it is in."""
+    script = _script_of_language(language)
+    frequency: Counter[str] = Counter()
+    for text in texts:
+        words = {
+            w
+            for w in _WORD.findall(text)
+            if len(w) > 1 and all(script_of(c) == script for c in w if c.isalpha())
+        }
+        frequency.update(w for w in words if any(c.isalpha() for c in w))
+    return frequency
+
+
+def common_english_words(count: int = REFERENCE_WORDS) -> list[str]:
+    """English's ``count`` most frequent alphabetic words (wordfreq's list)."""
+    from wordfreq import top_n_list
+
+    return [w for w in top_n_list(SOURCE_LANGUAGE, count * 2) if w.isascii() and w.isalpha()][:count]
+
+
+@dataclass(frozen=True, slots=True)
+class LexiconTranslator:
+    """English question -> the corpus words nearest to its content words (CSLS) for one model."""
+
+    model: str
+    language: str
+    words: tuple[str, ...]
+    vectors: np.ndarray  # one unit row per word
+    hubness: np.ndarray  # per word, the mean cosine to its HUB_NEIGHBOURS nearest common English words
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        model: str,
+        embedder: Embedder,
+        language: str,
+        words: Sequence[str],
+        reference: Sequence[str],
+        batch: int = 256,
+    ) -> LexiconTranslator:
+        """Embed the corpus words and the common English words (as queries) and keep their hubness."""
+        if not words or not reference:
+            raise ValueError("a lexicon needs corpus words and common English words")
+
+        def embed(texts: Sequence[str]) -> np.ndarray:
+            rows = [
+                np.asarray(embedder.embed_queries(texts[i : i + batch])) for i in range(0, len(texts), batch)
+            ]
+            return _normalised(np.vstack(rows))
+
+        vectors = embed(words)
+        english = embed(reference)
+        hubness = np.empty(len(words), dtype=np.float32)
+        k = min(HUB_NEIGHBOURS, len(reference))
+        for i in range(0, len(words), 2048):
+            sims = vectors[i : i + 2048] @ english.T
+            hubness[i : i + 2048] = np.partition(sims, -k, axis=1)[:, -k:].mean(axis=1)
+        return cls(model=model, language=language, words=tuple(words), vectors=vectors, hubness=hubness)
+
+    def content_words(self, question: str) -> list[str]:
+        """The question's English words and numbers, function words left out, in order."""
+        return [w.lower() for w in _ENGLISH_WORD.findall(question) if w.lower() not in STOP_WORDS]
+
+    def translate(self, question: str, embedder: Embedder) -> str:
+        """The corpus word nearest (CSLS) to each content word, numbers kept; "" when none."""
+        out: list[str] = []
+        words = self.content_words(question)
+        letters = [w for w in words if not w.isdigit()]
+        nearest: dict[str, str] = {}
+        if letters:
+            queries = _normalised(np.asarray(embedder.embed_queries(letters)))
+            scores = queries @ self.vectors.T - 0.5 * self.hubness
+            nearest = {w: self.words[int(i)] for w, i in zip(letters, np.argmax(scores, axis=1), strict=True)}
+        for w in words:
+            out.append(w if w.isdigit() else nearest[w])
+        return " ".join(out)
+
+
+def translation_model(definition: DocumentDefinition, language: str) -> str | None:
+    """The first model of the definition that serves both English and ``language``, if any."""
+    for vector_field in definition.vector_fields:
+        served = definition.languages_of(vector_field)
+        if ANY_LANGUAGE in served or {SOURCE_LANGUAGE, language} <= set(served):
+            return vector_field.model
+    return None
+
+
+async def corpus_vocabulary(
+    store: SearchStore, definition: DocumentDefinition, *, language: str, limit: int, page_batch: int = 200
+) -> list[str]:
+    """The ``limit`` words of ``language`` in the most paragraphs of the store (every page read once)."""
+    fields = definition.text_fields
+    frequency: Counter[str] = Counter()
+    offset = 0
+    while True:
+        pages = await store.list_pages(limit=page_batch, offset=offset)
+        if not pages:
+            break
+        for state in pages:
+            hits = await store.page_paragraphs(page_id=state.page_id)
+            texts = (" ".join(str(h.source.get(f) or "") for f in fields) for h in hits)
+            frequency.update(corpus_words(texts, language=language))
+        offset += len(pages)
+    return [w for w, _ in frequency.most_common(limit)]
+
+
+async def build_translator(
+    *,
+    store: SearchStore,
+    definition: DocumentDefinition,
+    embedders: dict[str, Embedder] | Sequence[tuple[str, Embedder]],
+    language: str,
+    limit: int,
+    reference_words: int = REFERENCE_WORDS,
+) -> LexiconTranslator | None:
+    """A translator into ``language`` for the model that serves it, from the store's words (None when
+    no model serves both languages or the store holds no word of ``language``)."""
+    import asyncio
+
+    models = dict(embedders)
+    model = translation_model(definition, language)
+    if model is None or model not in models:
+        logger.warning("no model serves both English and %s: questions are not translated", language)
+        return None
+    started = time.perf_counter()
+    words = await corpus_vocabulary(store, definition, language=language, limit=limit)
+    if not words:
+        logger.warning("the store holds no %s words yet: questions are not translated", language)
+        return None
+    translator = await asyncio.to_thread(
+        LexiconTranslator.build,
+        model=model,
+        embedder=models[model],
+        language=language,
+        words=words,
+        reference=common_english_words(reference_words),
+    )
+    logger.info(
+        "English questions are translated into %s through %s: %d corpus words in %.1f s",
+        language,
+        model,
+        len(words),
+        time.perf_counter() - started,
+    )
+    return translator
