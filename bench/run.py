@@ -94,18 +94,21 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
             *(retrieval_quality(data) if data is not None else []),
         ],
         # abstention and boilerplate on the held-out half of samples/kolzchut/abstention_questions.json,
-        # then on a second set held out whole (never read before its candidate was fixed)
+        # then on two sets held out whole (each read once, after its candidate was fixed)
         "answers": [
             Bench("answers", "bench.answers.abstention"),
-            Bench(
-                "answers_fresh",
-                "bench.answers.abstention",
-                (
-                    "--questions",
-                    "samples/kolzchut/abstention_questions_fresh.json",
-                    "--out",
-                    "bench/results/answers_fresh.json",
-                ),
+            *(
+                Bench(
+                    f"answers_{name}",
+                    "bench.answers.abstention",
+                    (
+                        "--questions",
+                        f"samples/kolzchut/abstention_questions_{name}.json",
+                        "--out",
+                        f"bench/results/answers_{name}.json",
+                    ),
+                )
+                for name in ("fresh", "fresh3")
             ),
         ],
         "chat": [Bench("chat", "bench.chat.sessions")],

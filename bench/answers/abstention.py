@@ -18,7 +18,9 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   index in the same run, as the candidate (``_perpair``: the rules per language pair, MiniLM out for
   English questions), with that retrieval and no rule (``_minilm_out_norule``), with English questions
   also translated word by word into Hebrew and the rules fitted with that (``_translated``, ``--fit
-  --translate``) and that retrieval with no rule (``_translated_norule``), and as before any rule
+  --translate`` before BM25 took the words too) and that retrieval with no rule
+  (``_translated_norule``), the same with BM25 searching the translated words as well and its own fit
+  (``_translated_bm25``, ``_translated_bm25_norule``), and as before any rule
   and the boilerplate filter (``_before``); ``--questions FILE``: every question of a set held out whole
   (``samples/kolzchut/abstention_questions_fresh.json``) instead of the held-out half; write
   ``bench/results/answers.json``: ``answers_gold_cited`` (target >= 0.9), ``answers_offtopic_abstained``
@@ -281,14 +283,18 @@ def main(argv: list[str] | None = None) -> None:
     from ragbot.settings.chat import (
         ABSTENTION_RULE_CROSS_LANGUAGE,
         ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED,
+        ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED_BM25,
         ABSTENTION_RULE_SAME_LANGUAGE,
         ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED,
+        ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED_BM25,
     )
     from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
     questions = load_questions()
     weights: dict[str, Any] = {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS}
-    translated = {**weights, "translate_queries_to": "he"}
+    # English questions translated word by word: e5's vector only (the first candidate), and BM25 too
+    translated = {**weights, "translate_queries_to": "he", "translation_bm25": False}
+    translated_bm25 = {**translated, "translation_bm25": True}
     if args.fit:
         if args.from_report:
             tune = {q.id for q in half_of(questions, "tune")}
@@ -302,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
                     questions=half_of(questions, "tune"),
                     modes=["quote"],
                     chat_overrides={"abstention_enabled": False},
-                    retriever_overrides=translated if args.translate else weights,
+                    retriever_overrides=translated_bm25 if args.translate else weights,
                 )
             )
             rows = [r for r in tuned.report()["answers"] if r["evidence"]]
@@ -321,11 +327,17 @@ def main(argv: list[str] | None = None) -> None:
         "abstention_rule": ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED,
         "abstention_rule_cross_language": ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED,
     }
+    per_pair_translated_bm25 = {
+        "abstention_rule": ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED_BM25,
+        "abstention_rule_cross_language": ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED_BM25,
+    }
     compare: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "_perpair": (per_pair, weights),
         "_minilm_out_norule": ({"abstention_enabled": False}, weights),
         "_translated": (per_pair_translated, translated),
         "_translated_norule": ({"abstention_enabled": False}, translated),
+        "_translated_bm25": (per_pair_translated_bm25, translated_bm25),
+        "_translated_bm25_norule": ({"abstention_enabled": False}, translated_bm25),
         BEFORE: (dict(BEFORE_OVERRIDES), {}),
     }
     if args.questions is not None:  # a set held out whole (no tuning half)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -253,8 +254,8 @@ async def test_pages_indexed_through_the_pipeline_give_minilm_only_their_english
 async def test_an_english_question_also_searches_with_its_words_in_the_corpus_language(
     store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
 ) -> None:
-    """The lexicon is the store's Hebrew words; only an English question is translated, and only the
-    multilingual model's vector changes."""
+    """The lexicon is the store's Hebrew words; only an English question is translated: the multilingual
+    model's vector and BM25's query change (BM25's only when translation_bm25 is on), MiniLM's never."""
     translator = await build_translator(
         store=store, definition=definition, embedders=embedders, language="he", limit=500, reference_words=400
     )
@@ -278,9 +279,17 @@ async def test_an_english_question_also_searches_with_its_words_in_the_corpus_la
         return {c["_id"]: c["score"] for c in debug["branches"][branch]["candidates"]}
 
     assert scores(after, MINILM_FIELD) == scores(before, MINILM_FIELD)
-    assert scores(after, BM25_BRANCH) == scores(before, BM25_BRANCH)
     e5_content = "content_multilingual-e5-small_vectors"
     assert scores(after, e5_content) != scores(before, e5_content)
+    # BM25 now also searches the Hebrew words: the Hebrew page on the minimum wage is among its hits
+    bm25_pages = {c["page_id"] for c in after["branches"][BM25_BRANCH]["candidates"]}
+    assert 3 in bm25_pages and 3 not in {c["page_id"] for c in before["branches"][BM25_BRANCH]["candidates"]}
+    dense_only = engine_on(store, definition, embedders, routing=True)
+    dense_only.defaults = replace(dense_only.defaults, translation_bm25=False)
+    dense_only.translator = translator
+    kept = (await dense_only.retrieve(question)).debug.model_dump()
+    assert scores(kept, BM25_BRANCH) == scores(before, BM25_BRANCH)
+    assert scores(kept, e5_content) == scores(after, e5_content)
     hebrew = await engine.retrieve(RetrieveRequest(query="מה גובה שכר המינימום?"))
     assert hebrew.debug.model_dump()["translation"] is None
 

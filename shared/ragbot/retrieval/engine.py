@@ -107,11 +107,14 @@ class RetrievalEngine:
         size = request.retrieval_size
         filters: Filters | None = request.filters
         candidates: dict[str, list[SearchHit]] = {}
-        translation: dict[str, str] | None = None
+        translation = await self._translation(query, routing)
+        lexical = query
+        if translation is not None and self.defaults.translation_bm25:
+            lexical = f"{query} {translation['words']}"
 
         bm25_task: asyncio.Task[tuple[list[SearchHit], float]] | None = None
         if any(b.kind == "bm25" for b in branches):
-            bm25_task = asyncio.create_task(self._timed(self._bm25(query=query, k=size, filters=filters)))
+            bm25_task = asyncio.create_task(self._timed(self._bm25(query=lexical, k=size, filters=filters)))
         try:
             dense = [b for b in branches if b.kind == "dense"]
             if dense:
@@ -120,7 +123,9 @@ class RetrievalEngine:
                 with span("retrieval embed", {"ragbot.models": ",".join(models)}):
                     embedded = await asyncio.gather(*(self._embed(m, query) for m in models))
                 vectors = dict(zip(models, embedded, strict=True))
-                translation = await self._translated(query, routing, vectors)
+                if translation is not None and translation["model"] in vectors:
+                    model = translation["model"]
+                    vectors[model] = await self._with_translation(vectors[model], model, translation["words"])
                 timings["embed"] = _ms(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 results = await asyncio.gather(
@@ -401,16 +406,14 @@ class RetrievalEngine:
         except (RagbotError, OSError, RuntimeError) as exc:
             raise DependencyUnavailable(f"{dependency} failed: {exc}", dependency=dependency) from exc
 
-    async def _translated(
-        self, query: str, routing: Routing, vectors: dict[str, Vector]
-    ) -> dict[str, str] | None:
-        """For an English question over a corpus in the translator's language: its words' translation,
-        whose vector is averaged with the question's for the translator's model (in place)."""
+    async def _translation(self, query: str, routing: Routing) -> dict[str, str] | None:
+        """For an English question over a corpus in the translator's language: its content words'
+        translation (``ragbot.retrieval.translation``), else None."""
         translator = self.translator
         guess = routing.guess if routing.guess is not None else detect_language(query)
         if (
             translator is None
-            or translator.model not in vectors
+            or translator.model not in self.embedders
             or SOURCE_LANGUAGE not in guess.languages
             or translator.language in guess.languages
         ):
@@ -420,16 +423,15 @@ class RetrievalEngine:
         words = await self._in_thread(
             f"model:{model}", lambda: translator.translate(query, embedder), self.defaults.embed_timeout_s
         )
-        if not words:
-            return None
-        length = max(float(np.linalg.norm(vectors[model])), 1e-12)
+        return {"model": model, "language": translator.language, "words": words} if words else None
+
+    async def _with_translation(self, vector: Vector, model: str, words: str) -> Vector:
+        """The mean of the question's unit vector and its translation's, as long as the question's own
+        (scores stay cosines for a store that does not normalise)."""
+        length = max(float(np.linalg.norm(vector)), 1e-12)
         translated = await self._embed(model, words)
-        mean = vectors[model] / length + translated / max(float(np.linalg.norm(translated)), 1e-12)
-        # As long as the question's own vector: scores stay cosines for a store that does not normalise.
-        vectors[model] = np.asarray(
-            mean * (length / max(float(np.linalg.norm(mean)), 1e-12)), dtype=np.float32
-        )
-        return {"model": model, "language": translator.language, "words": words}
+        mean = vector / length + translated / max(float(np.linalg.norm(translated)), 1e-12)
+        return np.asarray(mean * (length / max(float(np.linalg.norm(mean)), 1e-12)), dtype=np.float32)
 
     async def _embed(self, model: str, query: str) -> Vector:
         embedder = self.embedders[model]

@@ -37,6 +37,8 @@ class RetrievalDefaults:
     language_routing: bool = True
     # Per question language, a factor on the weight of each branch by model name or "bm25" (settings).
     language_weights: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # A translated question's BM25 query also holds its translated words (settings).
+    translation_bm25: bool = True
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -56,6 +58,7 @@ class RetrievalDefaults:
             embed_timeout_s=settings.embed_timeout_s,
             language_routing=settings.language_routing,
             language_weights=settings.language_weights,
+            translation_bm25=settings.translation_bm25,
         )
 
 

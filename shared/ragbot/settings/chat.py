@@ -73,6 +73,19 @@ ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED: dict[str, float] = {
     "bm25_gap": -0.922793,
     "threshold": 0.36235,
 }
+# The same with the translated words in BM25's query too (RAGBOT_RETRIEVER_TRANSLATION_BM25, the default
+# once translating): --fit --translate chose the best dense cosine alone, L2 1, target 0.9
+# (bench/results/abstention_fit_translated_bm25.json). A candidate, opt-in like the pairs above.
+ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED_BM25: dict[str, float] = {
+    "bias": -62.963044,
+    "dense_top": 71.086755,
+    "threshold": 0.252204,
+}
+ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED_BM25: dict[str, float] = {
+    "bias": -77.488275,
+    "dense_top": 88.147299,
+    "threshold": 0.486914,
+}
 
 
 class LLMSettings(BaseSettings):

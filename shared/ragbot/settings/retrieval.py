@@ -60,3 +60,5 @@ class RetrieverSettings(BaseSettings):
     # ready, and for new words until a restart, questions search untranslated. None: off.
     translate_queries_to: str | None = Field(default=None, min_length=2, max_length=3)
     translation_vocabulary: int = Field(default=20000, ge=100, le=500000)
+    # A translated question's BM25 query also holds its translated words (False: e5's vector only).
+    translation_bm25: bool = True
