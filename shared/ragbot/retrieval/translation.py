@@ -31,76 +31,13 @@ logger = logging.getLogger(__name__)
 SOURCE_LANGUAGE = "en"
 # The question words never translated: English function words (closed classes).
 STOP_WORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "is",
-        "are",
-        "am",
-        "do",
-        "does",
-        "did",
-        "i",
-        "my",
-        "me",
-        "we",
-        "our",
-        "you",
-        "your",
-        "to",
-        "of",
-        "in",
-        "on",
-        "for",
-        "at",
-        "by",
-        "with",
-        "from",
-        "and",
-        "or",
-        "if",
-        "can",
-        "how",
-        "what",
-        "when",
-        "who",
-        "which",
-        "whom",
-        "where",
-        "why",
-        "be",
-        "been",
-        "being",
-        "have",
-        "has",
-        "had",
-        "will",
-        "would",
-        "should",
-        "could",
-        "much",
-        "many",
-        "there",
-        "this",
-        "that",
-        "these",
-        "those",
-        "it",
-        "its",
-        "as",
-        "about",
-        "into",
-        "not",
-        "no",
-        "yes",
-        "get",
-        "got",
-        "any",
-        "some",
-        "per",
-        "s",
-    ]
+    str.split(
+        """
+    a an the is are am do does did i my me we our you your to of in on for at by with from and or if
+    can how what when who which whom where why be been being have has had will would should could
+    much many there this that these those it its as about into not no yes get got any some per s
+        """
+    )
 )
 HUB_NEIGHBOURS = 10
 REFERENCE_WORDS = 5000
