@@ -94,7 +94,7 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
             *(retrieval_quality(data) if data is not None else []),
         ],
         # abstention and boilerplate on the held-out half of samples/kolzchut/abstention_questions.json,
-        # then on two sets held out whole (each read once, after its candidate was fixed)
+        # then on the sets held out whole (each read once clean, after its candidate was fixed)
         "answers": [
             Bench("answers", "bench.answers.abstention"),
             *(
@@ -108,7 +108,7 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
                         f"bench/results/answers_{name}.json",
                     ),
                 )
-                for name in ("fresh", "fresh3")
+                for name in ("fresh", "fresh3", "fresh4")
             ),
         ],
         "chat": [Bench("chat", "bench.chat.sessions")],
