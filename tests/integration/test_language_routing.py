@@ -294,46 +294,69 @@ async def test_an_english_question_also_searches_with_its_words_in_the_corpus_la
     assert hebrew.debug.model_dump()["translation"] is None
 
 
-async def test_the_retriever_builds_its_translator_in_the_background_from_the_live_store(
+async def test_the_retriever_builds_its_translator_in_the_background_once_the_store_has_pages(
     tmp_path: Path, definition: DocumentDefinition, embedders: dict[str, Embedder]
 ) -> None:
-    """RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO: the generation serves at once, untranslated, and translates
-    once the lexicon of the store's words is built; closing the generation stops a build still running."""
+    """RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO: the generation serves at once, untranslated, while its store
+    is empty (make run starts the retriever before it indexes the sample pages); once pages arrive the
+    lexicon is built from their words and English questions are translated; closing the generation
+    stops the loop."""
+    import asyncio
+
     from ragbot.ports import Generation
     from ragbot_retriever.generations import close, serve
 
-    path = tmp_path / "served.sqlite3"
-    settings = StoreSettings(backend="embedded", embedded_path=path)
+    settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "served.sqlite3")
     dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
     writer = build_store(settings=settings, definition=definition, dimensions=dimensions)
     await writer.ensure_ready()
-    for page in paragraphs(definition, embedders):
-        await writer.replace_page(page_id=page[0].page_id, revision_id=1, paragraphs=page)
-    await writer.close()
-
-    async def served() -> Any:
-        return await serve(
-            generation=Generation("legacy"),
-            configured=definition,
-            store_settings=settings,
-            embedders_for=lambda d: {m: embedders[m] for m in d.model_names},
-            reranker=None,
-            defaults=RetrievalDefaults(fusion="score", rerank=False),
-            store_timeout_s=10,
-            translate_to="he",
-            vocabulary=200,
+    serving = await serve(
+        generation=Generation("legacy"),
+        configured=definition,
+        store_settings=settings,
+        embedders_for=lambda d: {m: embedders[m] for m in d.model_names},
+        reranker=None,
+        defaults=RetrievalDefaults(fusion="score", rerank=False),
+        store_timeout_s=10,
+        translate_to="he",
+        vocabulary=200,
+        translation_poll_s=0.2,
+    )
+    try:
+        question = RetrieveRequest(query="How do I claim unemployment benefits?")
+        await asyncio.sleep(1.0)
+        assert serving.engine.translator is None  # nothing to learn from yet: served untranslated
+        assert (await serving.engine.retrieve(question)).debug.model_dump()["translation"] is None
+        for page in paragraphs(definition, embedders):
+            await writer.replace_page(page_id=page[0].page_id, revision_id=1, paragraphs=page)
+        for _ in range(300):
+            if serving.engine.translator is not None:
+                break
+            await asyncio.sleep(0.2)
+        translator = serving.engine.translator
+        assert translator is not None and "אבטלה" in translator.words
+        response = await serving.engine.retrieve(question)
+        assert response.debug.model_dump()["translation"]["language"] == "he"
+        # a page more (9 -> 10 paragraphs, over the 5% that triggers a rebuild): its words join
+        row = {
+            "title": "קופת חולים",
+            "content": "קופת חולים מספקת סל שירותי בריאות",
+            "page_id": 6,
+            "url": "u",
+        }
+        vectors = {
+            v.name: embedders[v.model].embed_passages([str(row[v.field])])[0]
+            for v in definition.vector_fields
+        }
+        await writer.replace_page(
+            page_id=6, revision_id=1, paragraphs=[StoredParagraph(doc_id(6, 1, 0), 6, 1, 0, row, vectors)]
         )
-
-    serving = await served()
-    assert serving.translating is not None
-    await serving.translating
-    translator = serving.engine.translator
-    assert translator is not None and "אבטלה" in translator.words
-    response = await serving.engine.retrieve(RetrieveRequest(query="How do I claim unemployment benefits?"))
-    assert response.debug.model_dump()["translation"]["language"] == "he"
-    await close(serving, keep_models=True)
-
-    again = await served()
-    await close(again, keep_models=True)  # at once: the build is cancelled, not left running
-    assert again.translating is not None and again.translating.cancelled()
-    assert again.engine.translator is None
+        for _ in range(300):
+            if "קופת" in serving.engine.translator.words:
+                break
+            await asyncio.sleep(0.2)
+        assert "קופת" in serving.engine.translator.words
+    finally:
+        await writer.close()
+        await close(serving, keep_models=True)
+    assert serving.translating is not None and serving.translating.cancelled()

@@ -80,6 +80,7 @@ async def build_resources(
             reuse=reuse,
             translate_to=retriever_settings.translate_queries_to,
             vocabulary=retriever_settings.translation_vocabulary,
+            translation_poll_s=retriever_settings.translation_poll_s,
         )
 
     # The live generation, queried with its own definition (the file may already name the next one).

@@ -22,7 +22,7 @@ from ragbot.errors import RagbotError
 from ragbot.observability.metrics import retrieval_metrics
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-from ragbot.retrieval.translation import build_translator
+from ragbot.retrieval.translation import LexiconTranslator, keep_translating
 from ragbot.settings import StoreSettings
 from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation, stores_what
 from ragbot_retriever.deps import Resources
@@ -73,6 +73,7 @@ async def serve(
     reuse: Serving | None = None,
     translate_to: str | None = None,
     vocabulary: int = 20000,
+    translation_poll_s: float = 30.0,
 ) -> Serving:
     """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
     definition = definition_for(generation, configured)
@@ -112,22 +113,28 @@ async def serve(
         )
     translating = None
     if translate_to:
-        translating = asyncio.create_task(_translate(engine, language=translate_to, vocabulary=vocabulary))
+        translating = asyncio.create_task(
+            _translate(engine, language=translate_to, vocabulary=vocabulary, poll_s=translation_poll_s)
+        )
     return Serving(opened=opened, embedders=embedders, engine=engine, translating=translating)
 
 
-async def _translate(engine: RetrievalEngine, *, language: str, vocabulary: int) -> None:
-    """Build the engine's translator from its store's words; questions search untranslated meanwhile."""
-    try:
-        engine.translator = await build_translator(
-            store=engine.store,
-            definition=engine.definition,
-            embedders=engine.embedders,
-            language=language,
-            limit=vocabulary,
-        )
-    except (RagbotError, OSError, ValueError) as exc:
-        logger.warning("questions are not translated into %s: %s", language, exc)
+async def _translate(engine: RetrievalEngine, *, language: str, vocabulary: int, poll_s: float) -> None:
+    """Keep the engine's translator built from its store's words; questions search untranslated until
+    the first one is ready (``ragbot.retrieval.translation.keep_translating``)."""
+
+    def install_translator(translator: LexiconTranslator) -> None:
+        engine.translator = translator
+
+    await keep_translating(
+        install_translator,
+        store=engine.store,
+        definition=engine.definition,
+        embedders=engine.embedders,
+        language=language,
+        limit=vocabulary,
+        poll_s=poll_s,
+    )
 
 
 def _loaded(embedders_for: EmbeddersFor, definition: DocumentDefinition) -> Mapping[str, Embedder]:

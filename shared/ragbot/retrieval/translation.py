@@ -13,16 +13,18 @@ common English words are ``wordfreq``'s most frequent.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ragbot.definition import DocumentDefinition
+from ragbot.errors import RagbotError
 from ragbot.ports import Embedder, SearchStore
 from ragbot.text.language import ANY_LANGUAGE, SCRIPT_LANGUAGES, script_of
 
@@ -40,6 +42,8 @@ STOP_WORDS = frozenset(
     )
 )
 HUB_NEIGHBOURS = 10
+# The share by which the store's paragraph count must change before the lexicon is built again.
+REBUILD_CHANGE = 0.05
 REFERENCE_WORDS = 5000
 _ENGLISH_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
 _WORD = re.compile(r"\w+(?:[\"'״׳]\w+)*")
@@ -87,6 +91,7 @@ class LexiconTranslator:
     words: tuple[str, ...]
     vectors: np.ndarray  # one unit row per word
     hubness: np.ndarray  # per word, the mean cosine to its HUB_NEIGHBOURS nearest common English words
+    english: np.ndarray  # the common English words' unit rows (kept: a rebuild reuses them)
 
     @classmethod
     def build(
@@ -98,8 +103,10 @@ class LexiconTranslator:
         words: Sequence[str],
         reference: Sequence[str],
         batch: int = 256,
+        english: np.ndarray | None = None,
     ) -> LexiconTranslator:
-        """Embed the corpus words and the common English words (as queries) and keep their hubness."""
+        """Embed the corpus words and the common English words (as queries; ``english``: those rows,
+        already embedded by this model) and keep each corpus word's hubness."""
         if not words or not reference:
             raise ValueError("a lexicon needs corpus words and common English words")
 
@@ -110,13 +117,21 @@ class LexiconTranslator:
             return _normalised(np.vstack(rows))
 
         vectors = embed(words)
-        english = embed(reference)
+        if english is None or len(english) != len(reference):
+            english = embed(reference)
         hubness = np.empty(len(words), dtype=np.float32)
         k = min(HUB_NEIGHBOURS, len(reference))
         for i in range(0, len(words), 2048):
             sims = vectors[i : i + 2048] @ english.T
             hubness[i : i + 2048] = np.partition(sims, -k, axis=1)[:, -k:].mean(axis=1)
-        return cls(model=model, language=language, words=tuple(words), vectors=vectors, hubness=hubness)
+        return cls(
+            model=model,
+            language=language,
+            words=tuple(words),
+            vectors=vectors,
+            hubness=hubness,
+            english=english,
+        )
 
     def content_words(self, question: str) -> list[str]:
         """The question's English words and numbers, function words left out, in order."""
@@ -173,11 +188,11 @@ async def build_translator(
     language: str,
     limit: int,
     reference_words: int = REFERENCE_WORDS,
+    previous: LexiconTranslator | None = None,
 ) -> LexiconTranslator | None:
     """A translator into ``language`` for the model that serves it, from the store's words (None when
-    no model serves both languages or the store holds no word of ``language``)."""
-    import asyncio
-
+    no model serves both languages or the store holds no word of ``language``); ``previous``: the one it
+    replaces, whose English rows are reused."""
     models = dict(embedders)
     model = translation_model(definition, language)
     if model is None or model not in models:
@@ -195,6 +210,7 @@ async def build_translator(
         language=language,
         words=words,
         reference=common_english_words(reference_words),
+        english=previous.english if previous is not None and previous.model == model else None,
     )
     logger.info(
         "English questions are translated into %s through %s: %d corpus words in %.1f s",
@@ -204,3 +220,38 @@ async def build_translator(
         time.perf_counter() - started,
     )
     return translator
+
+
+async def keep_translating(
+    set_translator: Callable[[LexiconTranslator], None],
+    *,
+    store: SearchStore,
+    definition: DocumentDefinition,
+    embedders: dict[str, Embedder] | Sequence[tuple[str, Embedder]],
+    language: str,
+    limit: int,
+    poll_s: float,
+    rebuild_change: float = REBUILD_CHANGE,
+) -> None:
+    """Forever: build the translator once the store holds paragraphs, and again when their number has
+    changed by ``rebuild_change`` of it since (a wiki indexed after the start, or grown since)."""
+    current: LexiconTranslator | None = None
+    built_from = 0
+    while True:
+        try:
+            count = await store.count()
+            if count and (current is None or abs(count - built_from) >= rebuild_change * built_from):
+                fresh = await build_translator(
+                    store=store,
+                    definition=definition,
+                    embedders=embedders,
+                    language=language,
+                    limit=limit,
+                    previous=current,
+                )
+                if fresh is not None:
+                    current, built_from = fresh, count
+                    set_translator(fresh)
+        except (RagbotError, OSError, ValueError) as exc:
+            logger.warning("could not build the %s lexicon (questions go untranslated): %s", language, exc)
+        await asyncio.sleep(poll_s)

@@ -56,9 +56,12 @@ class RetrieverSettings(BaseSettings):
     language_weights: dict[str, dict[str, float]] = Field(default_factory=dict)
     # A corpus language ("he"): English questions also search with each content word's nearest corpus
     # word, by the multilingual model (ragbot.retrieval.translation). The lexicon is built from the
-    # store's words (the translation_vocabulary most frequent) in the background at start; until it is
-    # ready, and for new words until a restart, questions search untranslated. None: off.
+    # store's words (the translation_vocabulary most frequent) in the background; until it is ready,
+    # questions search untranslated. None: off.
     translate_queries_to: str | None = Field(default=None, min_length=2, max_length=3)
     translation_vocabulary: int = Field(default=20000, ge=100, le=500000)
+    # How often the retriever looks at the store's paragraph count: the lexicon is built once there are
+    # paragraphs, and again when their number has changed by 5% since.
+    translation_poll_s: float = Field(default=30.0, gt=0)
     # A translated question's BM25 query also holds its translated words (False: e5's vector only).
     translation_bm25: bool = True
