@@ -73,7 +73,7 @@ async def serve(
     reuse: Serving | None = None,
     translate_to: str | None = None,
     vocabulary: int = 20000,
-    translation_poll_s: float = 30.0,
+    translation_poll_s: float = 10.0,
 ) -> Serving:
     """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
     definition = definition_for(generation, configured)

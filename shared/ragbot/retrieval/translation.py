@@ -234,13 +234,17 @@ async def keep_translating(
     rebuild_change: float = REBUILD_CHANGE,
 ) -> None:
     """Forever: build the translator once the store holds paragraphs, and again when their number has
-    changed by ``rebuild_change`` of it since (a wiki indexed after the start, or grown since)."""
+    changed by ``rebuild_change`` of it since (a wiki indexed after the start, or grown since); only
+    when the count held still over the last poll, so a bulk index is read once, after it ends."""
     current: LexiconTranslator | None = None
     built_from = 0
+    seen = -1
     while True:
         try:
-            count = await store.count()
-            if count and (current is None or abs(count - built_from) >= rebuild_change * built_from):
+            count, previous_count = await store.count(), seen
+            seen = count
+            changed = current is None or abs(count - built_from) >= rebuild_change * built_from
+            if count and count == previous_count and changed:
                 fresh = await build_translator(
                     store=store,
                     definition=definition,

@@ -62,6 +62,6 @@ class RetrieverSettings(BaseSettings):
     translation_vocabulary: int = Field(default=20000, ge=100, le=500000)
     # How often the retriever looks at the store's paragraph count: the lexicon is built once there are
     # paragraphs, and again when their number has changed by 5% since.
-    translation_poll_s: float = Field(default=30.0, gt=0)
+    translation_poll_s: float = Field(default=10.0, gt=0)
     # A translated question's BM25 query also holds its translated words (False: e5's vector only).
     translation_bm25: bool = True
