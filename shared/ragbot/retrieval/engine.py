@@ -52,9 +52,14 @@ STAGES = ("embed", "dense", "bm25", "fusion", "rerank", "total")
 R = TypeVar("R")
 
 
-def _first_row(matrix: Vector) -> Vector:
-    row: Vector = matrix[0]
-    return row
+def _question_vector(rows: Vector) -> Vector:
+    """The question's vector: its one row, or the unit mean of the question's and its translation's
+    (the rows are unit vectors, as every ``Embedder`` returns them)."""
+    if len(rows) == 1:
+        row: Vector = rows[0]
+        return row
+    mean = rows.mean(axis=0)
+    return np.asarray(mean / max(float(np.linalg.norm(mean)), 1e-12), dtype=np.float32)
 
 
 def _ms(seconds: float) -> float:
@@ -120,12 +125,13 @@ class RetrievalEngine:
             if dense:
                 t0 = time.perf_counter()
                 models = list(dict.fromkeys(b.model for b in dense if b.model is not None))
+                # the translator's model embeds the question and its translation in one call
+                texts = {m: [query] for m in models}
+                if translation is not None and translation["model"] in texts:
+                    texts[translation["model"]].append(translation["words"])
                 with span("retrieval embed", {"ragbot.models": ",".join(models)}):
-                    embedded = await asyncio.gather(*(self._embed(m, query) for m in models))
-                vectors = dict(zip(models, embedded, strict=True))
-                if translation is not None and translation["model"] in vectors:
-                    model = translation["model"]
-                    vectors[model] = await self._with_translation(vectors[model], model, translation["words"])
+                    embedded = await asyncio.gather(*(self._embed_rows(m, texts[m]) for m in models))
+                vectors = {m: _question_vector(rows) for m, rows in zip(models, embedded, strict=True)}
                 timings["embed"] = _ms(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 results = await asyncio.gather(
@@ -425,20 +431,10 @@ class RetrievalEngine:
         )
         return {"model": model, "language": translator.language, "words": words} if words else None
 
-    async def _with_translation(self, vector: Vector, model: str, words: str) -> Vector:
-        """The mean of the question's unit vector and its translation's, as long as the question's own
-        (scores stay cosines for a store that does not normalise)."""
-        length = max(float(np.linalg.norm(vector)), 1e-12)
-        translated = await self._embed(model, words)
-        mean = vector / length + translated / max(float(np.linalg.norm(translated)), 1e-12)
-        return np.asarray(mean * (length / max(float(np.linalg.norm(mean)), 1e-12)), dtype=np.float32)
-
-    async def _embed(self, model: str, query: str) -> Vector:
+    async def _embed_rows(self, model: str, texts: list[str]) -> Vector:
         embedder = self.embedders[model]
         return await self._in_thread(
-            f"model:{model}",
-            lambda: _first_row(embedder.embed_queries([query])),
-            self.defaults.embed_timeout_s,
+            f"model:{model}", lambda: embedder.embed_queries(texts), self.defaults.embed_timeout_s
         )
 
     def _fuse(

@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,11 +47,6 @@ REBUILD_CHANGE = 0.05
 REFERENCE_WORDS = 5000
 _ENGLISH_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
 _WORD = re.compile(r"\w+(?:[\"'״׳]\w+)*")
-
-
-def _normalised(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.asarray(matrix / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
 def _script_of_language(language: str) -> str:
@@ -110,11 +105,10 @@ class LexiconTranslator:
         if not words or not reference:
             raise ValueError("a lexicon needs corpus words and common English words")
 
-        def embed(texts: Sequence[str]) -> np.ndarray:
-            rows = [
-                np.asarray(embedder.embed_queries(texts[i : i + batch])) for i in range(0, len(texts), batch)
-            ]
-            return _normalised(np.vstack(rows))
+        def embed(texts: Sequence[str]) -> np.ndarray:  # unit rows, as every Embedder returns them
+            return np.vstack(
+                [embedder.embed_queries(texts[i : i + batch]) for i in range(0, len(texts), batch)]
+            )
 
         vectors = embed(words)
         if english is None or len(english) != len(reference):
@@ -139,17 +133,13 @@ class LexiconTranslator:
 
     def translate(self, question: str, embedder: Embedder) -> str:
         """The corpus word nearest (CSLS) to each content word, numbers kept; "" when none."""
-        out: list[str] = []
         words = self.content_words(question)
         letters = [w for w in words if not w.isdigit()]
         nearest: dict[str, str] = {}
         if letters:
-            queries = _normalised(np.asarray(embedder.embed_queries(letters)))
-            scores = queries @ self.vectors.T - 0.5 * self.hubness
+            scores = embedder.embed_queries(letters) @ self.vectors.T - 0.5 * self.hubness
             nearest = {w: self.words[int(i)] for w, i in zip(letters, np.argmax(scores, axis=1), strict=True)}
-        for w in words:
-            out.append(w if w.isdigit() else nearest[w])
-        return " ".join(out)
+        return " ".join(w if w.isdigit() else nearest[w] for w in words)
 
 
 def translation_model(definition: DocumentDefinition, language: str) -> str | None:
@@ -184,7 +174,7 @@ async def build_translator(
     *,
     store: SearchStore,
     definition: DocumentDefinition,
-    embedders: dict[str, Embedder] | Sequence[tuple[str, Embedder]],
+    embedders: Mapping[str, Embedder],
     language: str,
     limit: int,
     reference_words: int = REFERENCE_WORDS,
@@ -193,9 +183,8 @@ async def build_translator(
     """A translator into ``language`` for the model that serves it, from the store's words (None when
     no model serves both languages or the store holds no word of ``language``); ``previous``: the one it
     replaces, whose English rows are reused."""
-    models = dict(embedders)
     model = translation_model(definition, language)
-    if model is None or model not in models:
+    if model is None or model not in embedders:
         logger.warning("no model serves both English and %s: questions are not translated", language)
         return None
     started = time.perf_counter()
@@ -206,7 +195,7 @@ async def build_translator(
     translator = await asyncio.to_thread(
         LexiconTranslator.build,
         model=model,
-        embedder=models[model],
+        embedder=embedders[model],
         language=language,
         words=words,
         reference=common_english_words(reference_words),
@@ -227,7 +216,7 @@ async def keep_translating(
     *,
     store: SearchStore,
     definition: DocumentDefinition,
-    embedders: dict[str, Embedder] | Sequence[tuple[str, Embedder]],
+    embedders: Mapping[str, Embedder],
     language: str,
     limit: int,
     poll_s: float,
@@ -241,10 +230,10 @@ async def keep_translating(
     seen = -1
     while True:
         try:
-            count, previous_count = await store.count(), seen
-            seen = count
+            count = await store.count()
+            settled, seen = count == seen, count
             changed = current is None or abs(count - built_from) >= rebuild_change * built_from
-            if count and count == previous_count and changed:
+            if count and settled and changed:
                 fresh = await build_translator(
                     store=store,
                     definition=definition,
