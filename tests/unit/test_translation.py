@@ -95,3 +95,23 @@ def test_english_words_translate_to_their_hebrew_corpus_words(
 def test_a_lexicon_needs_words(e5: E5Embedder) -> None:
     with pytest.raises(ValueError, match="needs corpus words"):
         LexiconTranslator.build(model="m", embedder=e5, language="he", words=[], reference=["tax"])
+
+
+def test_the_question_chooses_among_a_words_senses(e5: E5Embedder) -> None:
+    senses = LexiconTranslator.build(
+        model="multilingual-e5-small",
+        embedder=e5,
+        language="he",
+        words=["חופשה", "לעזוב", "מחלה", "עבודה", "תשלום", "תביעה", "משפט", "דירה", "שכר", "קצבה"],
+        reference=common_english_words(400),
+    )
+
+    def leave_in(question: str) -> str:
+        translated = senses.translate(question, e5).split()
+        return translated[senses.content_words(question).index("leave")]
+
+    # "leave" alone is nearest "to leave"; among its best corpus words the question picks the sense
+    assert leave_in("Can I leave my job and still get benefits?") == "לעזוב"
+    assert leave_in("How many days of sick leave do I get?") == "חופשה"
+    claim = senses.translate("Do I need a lawyer for a claim in court?", e5).split()
+    assert "תביעה" in claim
