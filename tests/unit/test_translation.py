@@ -113,5 +113,7 @@ def test_the_question_chooses_among_a_words_senses(e5: E5Embedder) -> None:
     # "leave" alone is nearest "to leave"; among its best corpus words the question picks the sense
     assert leave_in("Can I leave my job and still get benefits?") == "לעזוב"
     assert leave_in("How many days of sick leave do I get?") == "חופשה"
+    alone = senses.translate("How many days of sick leave do I get?", e5, context=0.0).split()
+    assert "חופשה" not in alone
     claim = senses.translate("Do I need a lawyer for a claim in court?", e5).split()
     assert "תביעה" in claim

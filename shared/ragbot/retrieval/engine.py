@@ -425,9 +425,11 @@ class RetrievalEngine:
         ):
             return None
         model = translator.model
-        embedder = self.embedders[model]
+        embedder, context = self.embedders[model], self.defaults.translation_context
         words = await self._in_thread(
-            f"model:{model}", lambda: translator.translate(query, embedder), self.defaults.embed_timeout_s
+            f"model:{model}",
+            lambda: translator.translate(query, embedder, context=context),
+            self.defaults.embed_timeout_s,
         )
         return {"model": model, "language": translator.language, "words": words} if words else None
 

@@ -39,6 +39,8 @@ class RetrievalDefaults:
     language_weights: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # A translated question's BM25 query also holds its translated words (settings).
     translation_bm25: bool = True
+    # The weight of the whole question in choosing each word's translation (settings).
+    translation_context: float = 0.5
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -59,6 +61,7 @@ class RetrievalDefaults:
             language_routing=settings.language_routing,
             language_weights=settings.language_weights,
             translation_bm25=settings.translation_bm25,
+            translation_context=settings.translation_context,
         )
 
 

@@ -7,7 +7,7 @@ embedded once, each content word of an English question is embedded at query tim
 corpus word by CSLS (cross-domain similarity local scaling: the cosine minus half the corpus word's
 mean cosine to its 10 nearest common English words, which demotes "hub" words close to everything)
 is its translation. Among each word's ``CANDIDATES`` best corpus words the one nearest the whole
-question wins (``CONTEXT_WEIGHT`` of the corpus word's cosine to the question's vector is added), so
+question wins (``context``, 0.5 by default, of the corpus word's cosine to the question's vector is added), so
 a word with several senses takes the one the question means. The engine averages the question's
 vector with that translation's (``RetrievalEngine``). The corpus vocabulary is read from the store
 (``corpus_vocabulary``); the common English words are ``wordfreq``'s most frequent.
@@ -47,10 +47,8 @@ HUB_NEIGHBOURS = 10
 # The share by which the store's paragraph count must change before the lexicon is built again.
 REBUILD_CHANGE = 0.05
 REFERENCE_WORDS = 5000
-# A content word's best corpus words by CSLS, and the weight of each one's cosine to the whole question
-# in choosing among them (chosen on the question sets already read; docs/benchmarks.md).
+# A content word's best corpus words by CSLS, among which the question chooses its translation.
 CANDIDATES = 5
-CONTEXT_WEIGHT = 0.5
 _ENGLISH_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
 _WORD = re.compile(r"\w+(?:[\"'״׳]\w+)*")
 
@@ -137,10 +135,10 @@ class LexiconTranslator:
         """The question's English words and numbers, function words left out, in order."""
         return [w.lower() for w in _ENGLISH_WORD.findall(question) if w.lower() not in STOP_WORDS]
 
-    def translate(self, question: str, embedder: Embedder) -> str:
+    def translate(self, question: str, embedder: Embedder, *, context: float = 0.5) -> str:
         """Each content word's translation, numbers kept; "" when none: of its ``CANDIDATES`` nearest
-        corpus words by CSLS, the one whose CSLS plus ``CONTEXT_WEIGHT`` times its cosine to the whole
-        question is highest (the question is embedded in the same call; the engine's cache reuses it)."""
+        corpus words by CSLS, the one whose CSLS plus ``context`` times its cosine to the whole question
+        is highest (the question is embedded in the same call; the engine's cache reuses it)."""
         words = self.content_words(question)
         letters = list(dict.fromkeys(w for w in words if not w.isdigit()))
         nearest: dict[str, str] = {}
@@ -149,8 +147,8 @@ class LexiconTranslator:
             scores = rows[1:] @ self.vectors.T - 0.5 * self.hubness
             k = min(CANDIDATES, len(self.words))
             best = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-            context = self.vectors[best] @ rows[0]
-            chosen = np.take_along_axis(scores, best, axis=1) + CONTEXT_WEIGHT * context
+            fit = self.vectors[best] @ rows[0]
+            chosen = np.take_along_axis(scores, best, axis=1) + context * fit
             picks = best[np.arange(len(letters)), np.argmax(chosen, axis=1)]
             nearest = {w: self.words[int(i)] for w, i in zip(letters, picks, strict=True)}
         return " ".join(w if w.isdigit() else nearest[w] for w in words)

@@ -65,3 +65,6 @@ class RetrieverSettings(BaseSettings):
     translation_poll_s: float = Field(default=10.0, gt=0)
     # A translated question's BM25 query also holds its translated words (False: e5's vector only).
     translation_bm25: bool = True
+    # Among a word's best corpus words, the weight of each one's cosine to the whole question (0: the
+    # nearest word alone, whatever the question says).
+    translation_context: float = Field(default=0.5, ge=0.0, le=10.0)
