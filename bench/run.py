@@ -108,8 +108,10 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
                         f"bench/results/answers_{name}.json",
                     ),
                 )
-                for name in ("fresh", "fresh3", "fresh4")
+                for name in ("fresh", "fresh3", "fresh4", "fresh5")
             ),
+            # English questions' gold page rank over the Hebrew pages, untranslated and translated
+            Bench("crosslingual", "bench.answers.crosslingual"),
         ],
         "chat": [Bench("chat", "bench.chat.sessions")],
         "security": [Bench("security", "bench.report", ("security",))],

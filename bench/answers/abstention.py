@@ -14,8 +14,10 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   with the most out-of-fold gold_cited among those abstaining on >= 0.9, refit it on the whole tuning
   half and print both rules (``ABSTENTION_RULE_SAME_LANGUAGE``, ``ABSTENTION_RULE_CROSS_LANGUAGE`` in
   ``ragbot.settings.chat``: a candidate, opt-in). The held-out half is never read.
-- default: answer the held-out half in ``quote`` as shipped (one rule, every branch) and, over the same
-  index in the same run, as the candidate (``_perpair``: the rules per language pair, MiniLM out for
+- default: answer the held-out half in ``quote`` as shipped (since 2026-12-05: English questions
+  translated into Hebrew, a rule per language pair, ``_translated_bm25``'s) and, over the same index in
+  the same run, as shipped before (``_single_rule``: one rule, every branch, no translation), as the
+  first candidate (``_perpair``: the rules per language pair, MiniLM out for
   English questions), with that retrieval and no rule (``_minilm_out_norule``), with English questions
   also translated word by word into Hebrew and the rules fitted with that (``_translated``, ``--fit
   --translate`` before BM25 took the words too) and that retrieval with no rule
@@ -70,6 +72,8 @@ PAIRS = ("same_language", "cross_language")
 SPENT_SETS = (
     "samples/kolzchut/abstention_questions_fresh.json",
     "samples/kolzchut/abstention_questions_fresh3.json",
+    "samples/kolzchut/abstention_questions_fresh4.json",
+    "samples/kolzchut/abstention_questions_fresh5.json",
 )
 
 
@@ -301,11 +305,14 @@ def main(argv: list[str] | None = None) -> None:
         ABSTENTION_RULE_SAME_LANGUAGE_POOLED,
         ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED,
         ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED_BM25,
+        ABSTENTION_RULE_SINGLE,
     )
     from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
     questions = load_questions()
-    weights: dict[str, Any] = {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS}
+    # the earlier behaviours' retrieval: no translation (the default since 2026-12-05)
+    untranslated: dict[str, Any] = {"translate_queries_to": None}
+    weights: dict[str, Any] = {**untranslated, "language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS}
     # English questions translated word by word: e5's vector only (the first candidate), and BM25 too
     translated = {**weights, "translate_queries_to": "he", "translation_bm25": False}
     translated_bm25 = {**translated, "translation_bm25": True}
@@ -361,7 +368,12 @@ def main(argv: list[str] | None = None) -> None:
         "_translated_bm25": (per_pair_translated_bm25, translated_bm25),
         "_translated_bm25_norule": ({"abstention_enabled": False}, translated_bm25),
         "_pooled": (per_pair_pooled, translated_bm25),
-        BEFORE: (dict(BEFORE_OVERRIDES), {}),
+        # the default before 2026-12-05: one rule for both language pairs, every branch, no translation
+        "_single_rule": (
+            {"abstention_rule": ABSTENTION_RULE_SINGLE, "abstention_rule_cross_language": None},
+            untranslated,
+        ),
+        BEFORE: (dict(BEFORE_OVERRIDES), untranslated),
     }
     if args.questions is not None:  # a set held out whole (no tuning half)
         questions = load_questions(args.questions)

@@ -5,10 +5,10 @@ and annual leave, and the crawled maternity page: the labour and National Insura
 unanswerable questions) are indexed through the real
 indexing pipeline with the shipped definition (all-MiniLM-L6-v2, multilingual-e5-small, BM25) into a
 fresh embedded store, and every question goes through the real chat pipeline in ``quote`` mode, as
-shipped, as before any rule (``_before``), and with the candidate's retrieval (English questions leave
-MiniLM out: ``HEBREW_CORPUS_LANGUAGE_WEIGHTS``) and no rule (``_minilm_out``). None of these questions
-was read when the rules were fitted
-(``ragbot.evaluation.split``, tuning half only).
+shipped (English questions translated word by word into Hebrew, a rule per language pair), as shipped
+before 2026-12-05 (``_single_rule``: one rule, no translation), as before any rule (``_before``), and
+with English questions leaving MiniLM out and no rule (``_minilm_out``). None of these questions was
+read when the rules were fitted (``ragbot.evaluation.split``, tuning half only).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ragbot.evaluation.answers import (
     run_answers,
 )
 from ragbot.evaluation.sample_index import load_pages
+from ragbot.settings.chat import ABSTENTION_RULE_SINGLE
 from ragbot.settings.retrieval import HEBREW_CORPUS_LANGUAGE_WEIGHTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -62,12 +63,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> AnswersRun:
             modes=["quote"],
             pages_paths=[pages],
             work_dir=folder,
-            before=True,
             compare={
+                BEFORE: (dict(BEFORE_OVERRIDES), {"translate_queries_to": None}),
                 "_minilm_out": (
                     dict(BEFORE_OVERRIDES),
-                    {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS},
-                )
+                    {"language_weights": HEBREW_CORPUS_LANGUAGE_WEIGHTS, "translate_queries_to": None},
+                ),
+                "_single_rule": (
+                    {"abstention_rule": ABSTENTION_RULE_SINGLE, "abstention_rule_cross_language": None},
+                    {"translate_queries_to": None},
+                ),
             },
         )
     )
@@ -107,6 +112,14 @@ def test_the_rule_abstains_more_than_before_and_keeps_hebrew_answers(run: Answer
     # a Hebrew question answered with its page before is still answered with it
     kept = [i for i in ANSWERABLE if i.startswith("a-he-") and earlier[i].gold_cited]
     assert sum(rows[i].gold_cited for i in kept) >= len(kept) - 1, kept
+
+
+def test_translated_english_questions_cite_more_than_the_single_rule_did(run: AnswersRun) -> None:
+    now, single = run.modes["quote"], run.modes["quote_single_rule"]
+    rows, earlier = {r.id: r for r in now.rows}, {r.id: r for r in single.rows}
+    english = [i for i in ANSWERABLE if i.startswith("a-en-")]
+    assert sum(rows[i].gold_cited for i in english) > sum(earlier[i].gold_cited for i in english)
+    assert now.gold_cited > single.gold_cited
 
 
 def test_the_slice_is_held_out() -> None:

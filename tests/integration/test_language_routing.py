@@ -255,7 +255,8 @@ async def test_an_english_question_also_searches_with_its_words_in_the_corpus_la
     store: SearchStore, definition: DocumentDefinition, embedders: dict[str, Embedder]
 ) -> None:
     """The lexicon is the store's Hebrew words; only an English question is translated: the multilingual
-    model's vector and BM25's query change (BM25's only when translation_bm25 is on), MiniLM's never."""
+    model's vector and BM25's query change (BM25's only when translation_bm25 is on), MiniLM's never,
+    and MiniLM, which does not read Hebrew, weighs 0 in the fusion."""
     translator = await build_translator(
         store=store, definition=definition, embedders=embedders, language="he", limit=500, reference_words=400
     )
@@ -279,7 +280,11 @@ async def test_an_english_question_also_searches_with_its_words_in_the_corpus_la
         return {c["_id"]: c["score"] for c in debug["branches"][branch]["candidates"]}
 
     assert scores(after, MINILM_FIELD) == scores(before, MINILM_FIELD)
+    # translated, the question is searched as a Hebrew one: the English-only model weighs nothing
+    assert before["branches"][MINILM_FIELD]["weight"] == 1.0
+    assert after["branches"][MINILM_FIELD]["weight"] == 0.0
     e5_content = "content_multilingual-e5-small_vectors"
+    assert after["branches"][e5_content]["weight"] == before["branches"][e5_content]["weight"] == 1.0
     assert scores(after, e5_content) != scores(before, e5_content)
     # BM25 now also searches the Hebrew words: the Hebrew page on the minimum wage is among its hits
     bm25_pages = {c["page_id"] for c in after["branches"][BM25_BRANCH]["candidates"]}

@@ -44,7 +44,7 @@ from ragbot.retrieval.results import (
 from ragbot.retrieval.routing import Routing, route_branches
 from ragbot.retrieval.translation import SOURCE_LANGUAGE, LexiconTranslator
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
-from ragbot.text.language import detect_language
+from ragbot.text.language import ANY_LANGUAGE, detect_language
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +107,12 @@ class RetrievalEngine:
         mode: SearchMode = request.mode or self.defaults.mode
         method: FusionMethod = request.fusion or self.defaults.fusion
         routing = self._route(request, self._branches(request, mode))
-        branches = self._language_weighted(routing)
+        translation = await self._translation(query, routing)
+        branches = self._language_weighted(routing, translation)
         rerank = self._wants_rerank(request)
         size = request.retrieval_size
         filters: Filters | None = request.filters
         candidates: dict[str, list[SearchHit]] = {}
-        translation = await self._translation(query, routing)
         lexical = query
         if translation is not None and self.defaults.translation_bm25:
             lexical = f"{query} {translation['words']}"
@@ -330,16 +330,27 @@ class RetrievalEngine:
             branches, languages_of=self._branch_languages, guess=guess, enabled=enabled, why_off=why_off
         )
 
-    def _language_weighted(self, routing: Routing) -> list[Branch]:
+    def _language_weighted(self, routing: Routing, translation: Mapping[str, str] | None) -> list[Branch]:
         """The kept branches, each weight times the factors ``language_weights`` gives the question's
-        languages for its model (or "bm25"); as kept when routing is off or the language unknown."""
+        languages for its model (or "bm25"); as kept when routing is off or the language unknown. A
+        translated question's dense models that do not read the corpus language weigh 0 (on a Hebrew
+        corpus an English-only model finds Latin-script noise, its best scaled to 1.0 by fusion)."""
+        kept = list(routing.kept)
+        if translation is not None:
+            corpus = translation["language"]
+            kept = [
+                b
+                if b.kind != "dense" or {corpus, ANY_LANGUAGE} & set(self._branch_languages(b))
+                else replace(b, weight=0.0)
+                for b in kept
+            ]
         table = self.defaults.language_weights
         guess = routing.guess
         if not table or not routing.enabled or guess is None or not guess.known:
-            return list(routing.kept)
+            return kept
         factors = [table[lang] for lang in sorted(guess.languages) if lang in table]
         out: list[Branch] = []
-        for b in routing.kept:
+        for b in kept:
             key = BM25_BRANCH if b.kind == "bm25" else (b.model or b.name)
             weight = b.weight
             for factor in factors:

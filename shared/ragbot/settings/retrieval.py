@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
 from ragbot.settings.common import settings_config
@@ -54,11 +54,12 @@ class RetrieverSettings(BaseSettings):
     # English-only model finds nothing but the few Latin-script lines (its best noise still scales to
     # 1.0 in score fusion). Empty: every weight as the definition and the request say.
     language_weights: dict[str, dict[str, float]] = Field(default_factory=dict)
-    # A corpus language ("he"): English questions also search with each content word's nearest corpus
-    # word, by the multilingual model (ragbot.retrieval.translation). The lexicon is built from the
-    # store's words (the translation_vocabulary most frequent) in the background; until it is ready,
-    # questions search untranslated. None: off.
-    translate_queries_to: str | None = Field(default=None, min_length=2, max_length=3)
+    # A corpus language ("he", the default): English questions also search with each content word's
+    # corpus word, by the multilingual model (ragbot.retrieval.translation), and without the dense models
+    # that do not read that language. The lexicon is built from the store's words (the
+    # translation_vocabulary most frequent) in the background, once the store holds words of that
+    # language; until then questions search untranslated. Empty: off.
+    translate_queries_to: str | None = Field(default="he", max_length=3)
     translation_vocabulary: int = Field(default=20000, ge=100, le=500000)
     # How often the retriever looks at the store's paragraph count: the lexicon is built once there are
     # paragraphs, and again when their number has changed by 5% since.
@@ -68,3 +69,13 @@ class RetrieverSettings(BaseSettings):
     # Among a word's best corpus words, the weight of each one's cosine to the whole question (0: the
     # nearest word alone, whatever the question says).
     translation_context: float = Field(default=0.5, ge=0.0, le=10.0)
+
+    @field_validator("translate_queries_to")
+    @classmethod
+    def _language_or_off(cls, value: str | None) -> str | None:
+        """An empty value turns translation off; otherwise a two- or three-letter language code."""
+        if not value:
+            return None
+        if not (2 <= len(value) <= 3 and value.isalpha()):
+            raise ValueError("translate_queries_to is a language code such as 'he', or empty for off")
+        return value.lower()
