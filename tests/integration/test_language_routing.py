@@ -365,3 +365,48 @@ async def test_the_retriever_builds_its_translator_in_the_background_once_the_st
         await writer.close()
         await close(serving, keep_models=True)
     assert serving.translating is not None and serving.translating.cancelled()
+
+
+async def test_a_corpus_without_the_language_is_read_once_not_every_poll(
+    tmp_path: Path, definition: DocumentDefinition, embedders: dict[str, Embedder]
+) -> None:
+    """Translation is on by default: over an English-only store the loop reads the pages once, finds no
+    Hebrew word, and waits for the paragraph count to change before it reads them again."""
+    import asyncio
+
+    from ragbot.retrieval.translation import keep_translating
+
+    settings = StoreSettings(backend="embedded", embedded_path=tmp_path / "english.sqlite3")
+    dimensions = {v.name: embedders[v.model].dimension for v in definition.vector_fields}
+    store = build_store(settings=settings, definition=definition, dimensions=dimensions)
+    await store.ensure_ready()
+    for page in paragraphs(definition, embedders):
+        if page[0].page_id in (4, 5):
+            await store.replace_page(page_id=page[0].page_id, revision_id=1, paragraphs=page)
+    reads: list[int] = []
+    list_pages = store.list_pages
+
+    async def counted(**kwargs: Any) -> Any:
+        reads.append(kwargs.get("offset", 0))
+        return await list_pages(**kwargs)
+
+    store.list_pages = counted  # type: ignore[method-assign]
+    installed: list[object] = []
+    loop = asyncio.create_task(
+        keep_translating(
+            installed.append,
+            store=store,
+            definition=definition,
+            embedders=embedders,
+            language="he",
+            limit=100,
+            poll_s=0.05,
+        )
+    )
+    try:
+        await asyncio.sleep(1.5)  # about 30 polls
+    finally:
+        loop.cancel()
+        await store.close()
+    assert installed == []
+    assert reads.count(0) == 1, reads  # one pass over the pages (a pass starts at offset 0)

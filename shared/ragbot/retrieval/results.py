@@ -9,6 +9,7 @@ from typing import Any, Literal
 from ragbot.definition import is_vector_field
 from ragbot.ports import SearchHit
 from ragbot.retrieval.fusion import DEFAULT_RRF_K, FusedHit
+from ragbot.retrieval.translation import CONTEXT_WEIGHT
 from ragbot.schemas.retrieval import FusionMethod, SearchMode
 from ragbot.settings import RetrieverSettings
 
@@ -40,7 +41,7 @@ class RetrievalDefaults:
     # A translated question's BM25 query also holds its translated words (settings).
     translation_bm25: bool = True
     # The weight of the whole question in choosing each word's translation (settings).
-    translation_context: float = 0.5
+    translation_context: float = CONTEXT_WEIGHT
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:

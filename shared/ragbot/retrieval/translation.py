@@ -6,9 +6,9 @@ lexicon is induced from the embedder itself (bilingual lexicon induction): the c
 embedded once, each content word of an English question is embedded at query time, and its nearest
 corpus word by CSLS (cross-domain similarity local scaling: the cosine minus half the corpus word's
 mean cosine to its 10 nearest common English words, which demotes "hub" words close to everything)
-is its translation. Among each word's ``CANDIDATES`` best corpus words the one nearest the whole
-question wins (``context``, 0.5 by default, of the corpus word's cosine to the question's vector is added), so
-a word with several senses takes the one the question means. The engine averages the question's
+is its translation. Among each word's ``CANDIDATES`` best corpus words the one that also fits the whole
+question wins (``CONTEXT_WEIGHT`` times its cosine to the question's vector is added to its CSLS), so a
+word with several senses takes the one the question means. The engine averages the question's
 vector with that translation's (``RetrievalEngine``). The corpus vocabulary is read from the store
 (``corpus_vocabulary``); the common English words are ``wordfreq``'s most frequent.
 """
@@ -47,8 +47,10 @@ HUB_NEIGHBOURS = 10
 # The share by which the store's paragraph count must change before the lexicon is built again.
 REBUILD_CHANGE = 0.05
 REFERENCE_WORDS = 5000
-# A content word's best corpus words by CSLS, among which the question chooses its translation.
+# A content word's best corpus words by CSLS, among which the question chooses its translation, and the
+# default weight of each one's cosine to the question in that choice (RAGBOT_RETRIEVER_TRANSLATION_CONTEXT).
 CANDIDATES = 5
+CONTEXT_WEIGHT = 0.5
 _ENGLISH_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
 _WORD = re.compile(r"\w+(?:[\"'״׳]\w+)*")
 
@@ -135,7 +137,7 @@ class LexiconTranslator:
         """The question's English words and numbers, function words left out, in order."""
         return [w.lower() for w in _ENGLISH_WORD.findall(question) if w.lower() not in STOP_WORDS]
 
-    def translate(self, question: str, embedder: Embedder, *, context: float = 0.5) -> str:
+    def translate(self, question: str, embedder: Embedder, *, context: float = CONTEXT_WEIGHT) -> str:
         """Each content word's translation, numbers kept; "" when none: of its ``CANDIDATES`` nearest
         corpus words by CSLS, the one whose CSLS plus ``context`` times its cosine to the whole question
         is highest (the question is embedded in the same call; the engine's cache reuses it)."""
@@ -235,16 +237,22 @@ async def keep_translating(
     rebuild_change: float = REBUILD_CHANGE,
 ) -> None:
     """Forever: build the translator once the store holds paragraphs, and again when their number has
-    changed by ``rebuild_change`` of it since (a wiki indexed after the start, or grown since); only
-    when the count held still over the last poll, so a bulk index is read once, after it ends."""
+    changed by ``rebuild_change`` of it since the last build (a wiki indexed after the start, or grown
+    since); only when the count held still over the last poll, so a bulk index is read once, after it
+    ends. A build that found no word of ``language`` (a corpus in another one) waits for such a change
+    too, and with no model serving both languages there is nothing to build."""
+    model = translation_model(definition, language)
+    if model is None or model not in embedders:
+        logger.warning("no model serves both English and %s: questions are not translated", language)
+        return
     current: LexiconTranslator | None = None
-    built_from = 0
+    built_from: int | None = None  # the paragraph count of the last build, whether it found words or not
     seen = -1
     while True:
         try:
             count = await store.count()
             settled, seen = count == seen, count
-            changed = current is None or abs(count - built_from) >= rebuild_change * built_from
+            changed = built_from is None or abs(count - built_from) >= rebuild_change * built_from
             if count and settled and changed:
                 fresh = await build_translator(
                     store=store,
@@ -254,8 +262,9 @@ async def keep_translating(
                     limit=limit,
                     previous=current,
                 )
+                built_from = count
                 if fresh is not None:
-                    current, built_from = fresh, count
+                    current = fresh
                     set_translator(fresh)
         except (RagbotError, OSError, ValueError) as exc:
             logger.warning("could not build the %s lexicon (questions go untranslated): %s", language, exc)
