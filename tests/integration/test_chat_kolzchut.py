@@ -281,3 +281,29 @@ def test_a_search_whose_client_gave_up_stops_generating(redis_url: str) -> None:
         while not (llm.calls and llm.calls[-1].closed_early) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert llm.calls[-1].closed_early is True and llm.calls[-1].pieces_sent < 400
+
+
+def grounded_script(messages: Sequence[ChatMessage]) -> str:
+    """The first sentence of document 1, as written, then one that no document says."""
+    return f"{first_sentence(messages[-1].content)}. [1] {INVENTED} [1]."
+
+
+def first_sentence(prompt: str) -> str:
+    """Document 1's first sentence in the prompt, without its end mark."""
+    found = re.search(r'<document id="1"[^>]*>\n(.*?)\n</document>', prompt, re.DOTALL)
+    assert found is not None
+    return re.split(r"(?<=[.!?])\s|\n", found.group(1).strip())[0].rstrip(".!?")
+
+
+INVENTED = "בנוסף, כל תושב מקבל מהמדינה רכב חדש בחינם."
+
+
+def test_strict_sends_only_the_sentences_a_document_holds(redis_url: str) -> None:
+    llm = ScriptedLLM(grounded_script)
+    with (
+        chat_server(llm=llm, redis_url=redis_url, strict_support_min=0.6) as running,
+        httpx.Client(base_url=running.url, timeout=60) as http,
+    ):
+        body = search(http)
+    kept = first_sentence(llm.calls[-1].messages[-1].content)
+    assert body["gpt_result"] == f"{kept}. [1]"  # the invented sentence never reached the client

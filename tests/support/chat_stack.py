@@ -65,9 +65,12 @@ def chat_server(
     auth: AuthSettings | None = None,
     **settings: Any,
 ) -> Iterator[ChatServer]:
-    """Serve the chat app on a free port (``auth``: its keys); its Redis keys are deleted afterwards."""
+    """Serve the chat app on a free port (``auth``: its keys); its Redis keys are deleted afterwards.
+
+    Strict mode's sentence check is off unless ``strict_support_min`` is given: these servers answer with
+    scripted LLMs whose text is about the contract under test, not the pages."""
     prefix = f"test-chat-{uuid.uuid4().hex[:12]}"
-    chat_settings = ChatSettings(**settings)
+    chat_settings = ChatSettings(**{"strict_support_min": 0.0, **settings})
     built: list[Resources] = []
     store_path = store or sample_store()
 

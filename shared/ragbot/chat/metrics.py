@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ragbot.observability.metrics import PerRegistry
+from ragbot.ports import Usage
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0)
@@ -21,9 +22,17 @@ class ChatMetrics:
     tokens_per_second: Histogram
     answers: Counter
     abstentions: Counter
+    strict_sentences: Counter
     feedback: Counter
     llm_errors: Counter
     llm_tokens: Counter
+
+    def count_tokens(self, backend: str, usage: Usage, stage: str) -> None:
+        """Add a generation's tokens to ``ragbot_llm_tokens_total`` (input only when the server said)."""
+        if usage.prompt_tokens:
+            self.llm_tokens.labels(backend, "input", stage).inc(usage.prompt_tokens)
+        if usage.completion_tokens:
+            self.llm_tokens.labels(backend, "output", stage).inc(usage.completion_tokens)
 
 
 def _new(registry: CollectorRegistry) -> ChatMetrics:
@@ -59,6 +68,12 @@ def _new(registry: CollectorRegistry) -> ChatMetrics:
             "ragbot_chat_abstentions_total",
             "Fixed 'no relevant documents' answers given without calling the LLM, by mode.",
             ["mode"],
+            registry=registry,
+        ),
+        strict_sentences=Counter(
+            "ragbot_chat_strict_sentences_total",
+            "Strict-mode LLM sentences by outcome: kept (a source holds them) or dropped (none does).",
+            ["outcome"],
             registry=registry,
         ),
         feedback=Counter(

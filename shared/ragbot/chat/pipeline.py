@@ -8,7 +8,8 @@ Closing the iterator (a client disconnecting) closes the LLM stream, which stops
 Answer modes (GenericChatBot's private / hybrid / public):
 
 - ``strict``: only the retrieved paragraphs; when none pass the relevance threshold the fixed
-  "no relevant documents" answer is returned and the LLM is never called;
+  "no relevant documents" answer is returned and the LLM is never called; only the LLM's sentences a
+  source holds are sent (``ragbot.chat.grounding``), and when none is the sources are quoted;
 - ``grounded``: documents first, general knowledge allowed and labelled as such;
 - ``open``: no retrieval; the LLM answers from what it knows;
 - ``quote``: no LLM at all; the sentences of the sources that answer the question, each with its
@@ -35,6 +36,8 @@ from ragbot.chat.events import (
     SourcesEvent,
     TokenEvent,
 )
+from ragbot.chat.grounding import SentenceGate
+from ragbot.chat.history import recent_turns
 from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
 from ragbot.chat.quote import QuoteOptions, Sentence, compose, quote_sentences
@@ -42,7 +45,7 @@ from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
 from ragbot.llms.base import complete, with_timeouts
-from ragbot.ports import ChatMessage, ChatModel, Usage
+from ragbot.ports import ChatMessage, ChatModel
 from ragbot.prompts import Language, PromptDocument, PromptLibrary, format_documents, render
 from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
@@ -189,6 +192,7 @@ class ChatPipeline:
             total_s=self.settings.llm_total_timeout_s,
         )
         detector = LoopDetector()
+        gate = self._gate(request, selection)
         llm_started = time.perf_counter()
         first_at: float | None = None
         try:
@@ -203,7 +207,8 @@ class ChatPipeline:
                     self.metrics.time_to_first_token.labels(request.mode, request.channel).observe(
                         first_at - started
                     )
-                yield TokenEvent(piece)
+                for text in [piece] if gate is None else gate.passed(piece):
+                    yield TokenEvent(text)
                 if detector.feed(piece):
                     logger.warning("the answer repeats itself: ended", extra={"backend": self.llm.backend})
                     break
@@ -220,12 +225,21 @@ class ChatPipeline:
         timings["llm_ms"] = _ms(ended - llm_started)
         timings["total_ms"] = _ms(ended - started)
         usage = stream.usage
-        self._count_tokens(usage, "answer")
+        self.metrics.count_tokens(self.llm.backend, usage, "answer")
         if first_at is not None and usage.completion_tokens > 1 and ended > first_at:
             self.metrics.tokens_per_second.labels(self.llm.backend).observe(
                 (usage.completion_tokens - 1) / (ended - first_at)
             )
         answer, finish_reason = detector.kept, usage.finish_reason
+        if gate is not None:
+            for text in gate.passed(None):
+                yield TokenEvent(text)
+            answer = self._gated_answer(gate)
+            if not answer:  # no sentence of the model is in a source: the sources' own sentences
+                chosen = await self._quote_choose(request, selection, timings, {})
+                for event in self._quote_events(request, selection, chosen, started, timings):
+                    yield event
+                return
         if detector.looping:
             finish_reason = "loop"  # the repeats are dropped from the answer that is stored and shown
         elif finish_reason == "length" and answer.strip():
@@ -234,6 +248,18 @@ class ChatPipeline:
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
+
+    def _gate(self, request: ChatRequest, selection: Selection) -> SentenceGate | None:
+        """Strict mode's sentence check over the sources (None: another mode, or the check is off)."""
+        on = request.mode == "strict" and self.settings.strict_support_min > 0
+        return SentenceGate.over(selection.documents, self.settings.strict_support_min) if on else None
+
+    def _gated_answer(self, gate: SentenceGate) -> str:
+        """The kept sentences as one answer, kept and dropped ones counted."""
+        kept, dropped = len(gate.kept), len(gate.checked) - len(gate.kept)
+        self.metrics.strict_sentences.labels("kept").inc(kept)
+        self.metrics.strict_sentences.labels("dropped").inc(dropped)
+        return "".join(c.text for c in gate.kept).rstrip()
 
     def _abstain_events(
         self,
@@ -254,14 +280,6 @@ class ChatPipeline:
         self._count(request, "abstained")
         usage: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": 0, "total_tokens": None}
         return [TokenEvent(answer), DoneEvent(answer, [], pages, usage, timings, abstained=True)]
-
-    def _count_tokens(self, usage: Usage, stage: str) -> None:
-        """Add a generation's tokens to ``ragbot_llm_tokens_total`` (input only when the server said)."""
-        tokens = self.metrics.llm_tokens
-        if usage.prompt_tokens:
-            tokens.labels(self.llm.backend, "input", stage).inc(usage.prompt_tokens)
-        if usage.completion_tokens:
-            tokens.labels(self.llm.backend, "output", stage).inc(usage.completion_tokens)
 
     async def _quote_choose(
         self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
@@ -311,26 +329,8 @@ class ChatPipeline:
         return None if model in self.settings.models_without_temperature else wanted
 
     def recent_history(self, history: Sequence[HistoryTurn], *, keep: int) -> list[HistoryTurn]:
-        """The last ``keep`` turns within the history budget: newest first in, older answers clipped.
-
-        Every character of history is read by the LLM before it answers (twice with a follow-up rewrite);
-        a small embedded model reads a Hebrew letter as a token, so the history is budgeted like the
-        documents.
-        """
-        if keep <= 0 or not history:
-            return []
-        left = self.settings.history_budget_chars
-        kept: list[HistoryTurn] = []
-        for turn in reversed(list(history)[-keep:]):
-            if left <= 0:
-                break
-            question = turn.question[:left]
-            left -= len(question)
-            answer = turn.answer if len(turn.answer) <= left else turn.answer[: max(left, 0)].rstrip() + "…"
-            left -= len(answer)
-            kept.append(HistoryTurn(question, answer))
-        kept.reverse()
-        return kept
+        """The last ``keep`` turns within the history budget (``ragbot.chat.history``)."""
+        return recent_turns(history, keep=keep, budget_chars=self.settings.history_budget_chars)
 
     # -- follow-up rewriting ----------------------------------------------------------------------
 
@@ -363,7 +363,7 @@ class ChatPipeline:
             self.metrics.llm_errors.labels(self.llm.backend, "rewrite").inc()
             logger.warning("follow-up rewrite failed; using the question as asked", extra={"error": str(exc)})
             return None, str(exc)
-        self._count_tokens(stream.usage, "rewrite")
+        self.metrics.count_tokens(self.llm.backend, stream.usage, "rewrite")
         return clean_rewrite(text, limit=self.settings.max_question_chars), None
 
     # -- retrieval and source selection -----------------------------------------------------------

@@ -43,7 +43,7 @@ from ragbot.chat.schemas import Mode
 from ragbot.evaluation.split import Half, split_halves
 from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
-from ragbot.text import analyze
+from ragbot.text.support import paragraph_tokens, sentence_words, support_share
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,13 @@ FURNITURE_MARKERS: Final = (
     "last updated:",
 )
 BEFORE: Final = "_before"
-# Today's behaviour before the abstention rule and the boilerplate filter, measured in the same run.
-BEFORE_OVERRIDES: Final[Mapping[str, Any]] = {"abstention_enabled": False, "boilerplate_filter": False}
+# Today's behaviour before the abstention rule, the boilerplate filter and strict's sentence check, measured
+# in the same run.
+BEFORE_OVERRIDES: Final[Mapping[str, Any]] = {
+    "abstention_enabled": False,
+    "boilerplate_filter": False,
+    "strict_support_min": 0.0,
+}
 _CITATION = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])\s+")
 
@@ -114,7 +119,7 @@ def half_of(questions: Sequence[AnswerQuestion], half: Half) -> list[AnswerQuest
 
 
 def _tokens(text: str) -> set[str]:
-    return {t for t in analyze(_CITATION.sub(" ", text)) if len(t) > 1}
+    return paragraph_tokens(text)
 
 
 def answer_sentences(answer: str) -> list[str]:
@@ -135,27 +140,11 @@ def furniture(sentence: str) -> bool:
     return any(marker in folded for marker in FURNITURE_MARKERS)
 
 
-def _words(text: str) -> dict[str, set[str]]:
-    """Each distinct word of the text (two letters or more) and its analyzer tokens (prefix variants)."""
-    out: dict[str, set[str]] = {}
-    for word in _CITATION.sub(" ", text).split():
-        tokens = [t for t in analyze(word) if len(t) > 1]
-        if tokens:
-            out.setdefault(tokens[0], set()).update(tokens)
-    return out
-
-
 def supported(sentence: str, paragraphs: Sequence[str], *, threshold: float = SUPPORT_THRESHOLD) -> bool:
     """Whether one paragraph holds at least ``threshold`` of the sentence's distinct words (a word
     counts when it, or its form without a Hebrew prefix letter, is among the paragraph's tokens)."""
-    wanted = _words(sentence)
-    if not wanted:
-        return False
-    for paragraph in paragraphs:
-        have = _tokens(paragraph)
-        if sum(bool(v & have) for v in wanted.values()) / len(wanted) >= threshold:
-            return True
-    return False
+    wanted = sentence_words(sentence)
+    return bool(wanted) and any(support_share(wanted, _tokens(p)) >= threshold for p in paragraphs)
 
 
 class RecordingRetriever:

@@ -225,6 +225,10 @@ class ChatSettings(LLMSettings):
     abstention_branches: list[str] = Field(default_factory=lambda: list(ABSTENTION_BRANCHES))
     # Paragraphs that are the site's furniture (ragbot.chat.boilerplate) never become sources.
     boilerplate_filter: bool = True
+    # Strict mode sends only the LLM's sentences one source holds at least this share of the words of
+    # (ragbot.chat.grounding, the answers benchmark's test of support); 0: no check. When none passes,
+    # the answer quotes the sources' own sentences instead.
+    strict_support_min: float = Field(default=0.6, ge=0.0, le=1.0)
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
     kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"
