@@ -10,6 +10,7 @@ from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent, TokenEvent
 from ragbot.chat.grounding import SentenceGate
+from ragbot.chat.loops import CUT_MARK
 from ragbot.chat.metrics import chat_metrics
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.ports import ChatMessage
@@ -143,3 +144,19 @@ async def test_with_the_check_off_or_in_grounded_mode_the_model_s_text_is_sent_a
     ):
         done = (await turn(pipeline, mode))[-1]
         assert isinstance(done, DoneEvent) and done.answer == answer
+
+
+async def test_the_unfinished_sentence_the_token_cap_cut_is_not_sent() -> None:
+    # ten words: the cap of nine cuts the second sentence after "paid", whose words are all in source 1
+    pipeline, registry = pipeline_with(
+        "The benefit is paid every month [1]. The benefit is paid monthly.", llm_max_tokens=9
+    )
+    events = await turn(pipeline)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason == "length"
+    assert done.answer == f"The benefit is paid every month. [1]{CUT_MARK}"
+    assert (
+        "".join(e.text for e in events if isinstance(e, TokenEvent))
+        == f"The benefit is paid every month. [1] {CUT_MARK}"
+    )
+    assert (count(registry, "kept"), count(registry, "dropped")) == (1.0, 1.0)

@@ -7,8 +7,9 @@ time (a sentence ends at ``.``, ``?``, ``!`` or a line break, with the ``[n]`` m
 and passes a sentence only when one source holds at least ``min_share`` of its words
 (``ragbot.text.support``, Hebrew prefix forms counted). A passed sentence cites the sources that hold
 it: the model's own ``[n]`` marks when they point at such a source, else the one that holds the most.
-A dropped sentence is never sent. The chat pipeline answers with the sources' own sentences (the
-``quote`` mode) when no sentence of the model passes.
+A dropped sentence is never sent, nor is the unfinished last one of an answer the token cap cut.
+The chat pipeline answers with the sources' own sentences (the ``quote`` mode) when no sentence of the
+model passes.
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ class SentenceGate:
         """A gate over the turn's numbered documents, the site's furniture lines left out of them."""
         return cls({d.number: strip_furniture(d.text) for d in documents}, min_share)
 
-    def passed(self, piece: str | None) -> list[str]:
-        """The text to send for the sentences ``piece`` completes (None: the answer ended)."""
-        checked = self.close() if piece is None else self.feed(piece)
+    def passed(self, piece: str | None, *, cut: bool = False) -> list[str]:
+        """The text to send for the sentences ``piece`` completes (None: the answer ended; ``cut``: by
+        the token cap, so its last sentence is unfinished and not sent)."""
+        checked = self.close(cut=cut) if piece is None else self.feed(piece)
         return [c.text for c in checked if c.kept]
 
     @property
@@ -81,10 +83,16 @@ class SentenceGate:
                 return out
             out.append(found)
 
-    def close(self) -> list[Checked]:
-        """The rest of the answer (a last sentence with no end mark), checked."""
+    def close(self, *, cut: bool = False) -> list[Checked]:
+        """The rest of the answer (a last sentence with no end mark), checked; dropped when ``cut``
+        (half a sentence says nothing a source can hold)."""
         rest, self._buffer = self._buffer, ""
-        return [self._check(rest, "")] if rest.strip() else []
+        if not rest.strip():
+            return []
+        if cut:
+            self.checked.append(Checked(rest.strip(), 0.0, False, ""))
+            return []
+        return [self._check(rest, "")]
 
     def _next_sentence(self) -> Checked | None:
         match = _BOUNDARY.search(self._buffer)

@@ -232,7 +232,7 @@ class ChatPipeline:
             )
         answer, finish_reason = detector.kept, usage.finish_reason
         if gate is not None:
-            for text in gate.passed(None):
+            for text in gate.passed(None, cut=finish_reason == "length" or detector.looping):
                 yield TokenEvent(text)
             answer = self._gated_answer(gate)
             if not answer:  # no sentence of the model is in a source: the sources' own sentences
