@@ -74,6 +74,7 @@ SPENT_SETS = (
     "samples/kolzchut/abstention_questions_fresh3.json",
     "samples/kolzchut/abstention_questions_fresh4.json",
     "samples/kolzchut/abstention_questions_fresh5.json",
+    "samples/kolzchut/abstention_questions_fresh6.json",
 )
 
 

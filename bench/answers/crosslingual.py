@@ -31,6 +31,7 @@ SETS: Mapping[str, str] = {
     "fresh3": "abstention_questions_fresh3.json",
     "fresh4": "abstention_questions_fresh4.json",
     "fresh5": "abstention_questions_fresh5.json",
+    "fresh6": "abstention_questions_fresh6.json",
 }
 
 
