@@ -36,7 +36,7 @@ def stream(gate: SentenceGate, text: str) -> list[str]:
 def test_a_sentence_a_source_holds_passes_with_its_citation_and_one_in_no_source_is_dropped() -> None:
     gate = SentenceGate(SOURCES, 0.6)
     sent = stream(gate, "The benefit is paid every month [1]. Everyone also gets a free car [2].")
-    assert sent == ["The benefit is paid every month. [1] "]
+    assert sent == ["The benefit is paid every month. [1]"]
     assert [c.kept for c in gate.checked] == [True, False]
     assert gate.checked[1].sentence == "Everyone also gets a free car [2]."
 
@@ -45,7 +45,7 @@ def test_a_sentence_is_sent_only_once_the_next_one_starts_so_marks_after_its_end
     gate = SentenceGate(SOURCES, 0.6)
     assert gate.passed("Tax is withheld by the employer.") == []
     assert gate.passed(" [2]") == []  # the marks after the full stop may still belong to it
-    assert gate.passed(" The") == ["Tax is withheld by the employer. [2] "]
+    assert gate.passed(" The") == ["Tax is withheld by the employer. [2]"]
     assert gate.passed(" mayor pays") == []
     assert gate.passed(None) == []  # "The mayor pays" is in no source
 
@@ -56,16 +56,16 @@ def test_an_uncited_or_wrongly_cited_sentence_cites_the_source_that_holds_it() -
         gate, "Income tax is withheld from each salary payment. The benefit is paid to parents [2]."
     )
     assert sent == [
-        "Income tax is withheld from each salary payment. [2] ",
-        "The benefit is paid to parents. [1]",
+        "Income tax is withheld from each salary payment. [2]",
+        " The benefit is paid to parents. [1]",
     ]
 
 
 def test_line_breaks_end_sentences_and_are_kept() -> None:
     gate = SentenceGate(SOURCES, 0.6)
     assert stream(gate, "- The benefit is paid every month\n- Income tax is withheld by the employer") == [
-        "- The benefit is paid every month [1]\n",
-        "- Income tax is withheld by the employer [2]",
+        "- The benefit is paid every month [1]",
+        "\n- Income tax is withheld by the employer [2]",
     ]
 
 
@@ -120,7 +120,7 @@ async def test_strict_streams_only_the_sentences_a_source_holds_and_counts_the_r
     tokens = "".join(e.text for e in events if isinstance(e, TokenEvent))
     done = events[-1]
     assert isinstance(done, DoneEvent)
-    assert tokens.rstrip() == done.answer == "The benefit is paid every month. [1]"
+    assert tokens == done.answer == "The benefit is paid every month. [1]"  # as streamed, as stored
     assert [s.page_id for s in done.citations] == [1]
     assert (count(registry, "kept"), count(registry, "dropped")) == (1.0, 1.0)
 
@@ -154,9 +154,6 @@ async def test_the_unfinished_sentence_the_token_cap_cut_is_not_sent() -> None:
     events = await turn(pipeline)
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason == "length"
-    assert done.answer == f"The benefit is paid every month. [1]{CUT_MARK}"
-    assert (
-        "".join(e.text for e in events if isinstance(e, TokenEvent))
-        == f"The benefit is paid every month. [1] {CUT_MARK}"
-    )
+    streamed = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert streamed == done.answer == f"The benefit is paid every month. [1]{CUT_MARK}"
     assert (count(registry, "kept"), count(registry, "dropped")) == (1.0, 1.0)

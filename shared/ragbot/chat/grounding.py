@@ -38,6 +38,7 @@ class Checked:
     share: float
     kept: bool
     text: str
+    after: str = ""  # what separates it from the next sentence sent (a space or a line break)
 
 
 @dataclass(slots=True)
@@ -52,6 +53,7 @@ class SentenceGate:
     _tokens: dict[int, set[str]] = field(init=False)
     _buffer: str = field(init=False, default="")
     checked: list[Checked] = field(init=False, default_factory=list)
+    _between: str | None = field(init=False, default=None)  # None until a sentence is sent
 
     def __post_init__(self) -> None:
         self._tokens = {number: paragraph_tokens(text) for number, text in self.sources.items()}
@@ -65,12 +67,23 @@ class SentenceGate:
         """The text to send for the sentences ``piece`` completes (None: the answer ended; ``cut``: by
         the token cap, so its last sentence is unfinished and not sent)."""
         checked = self.close(cut=cut) if piece is None else self.feed(piece)
-        return [c.text for c in checked if c.kept]
+        out: list[str] = []
+        for c in checked:
+            if c.kept:
+                out.append((self._between or "") + c.text)
+                self._between = c.after
+        return out
 
     @property
     def kept(self) -> list[Checked]:
         """The sentences passed so far."""
         return [c for c in self.checked if c.kept]
+
+    @property
+    def answer(self) -> str:
+        """The sentences passed so far, as sent (no separator after the last)."""
+        kept = self.kept
+        return "".join(c.text + (c.after if i < len(kept) - 1 else "") for i, c in enumerate(kept))
 
     def feed(self, piece: str) -> list[Checked]:
         """The sentences that ``piece`` completes, checked (a sentence's end is known only once the
@@ -119,7 +132,7 @@ class SentenceGate:
             own = [n for n in cited_numbers(sentence) if n in holding]
             marks = own or [max(holding, key=lambda n: shares[n])]
             body = _SPACE_BEFORE_END.sub(r"\1", CITATION_MARK.sub("", sentence)).strip()
-            text = f"{body} {''.join(f'[{n}]' for n in marks)}{separator}"
-            checked = Checked(sentence.strip(), best, True, text)
+            text = f"{body} {''.join(f'[{n}]' for n in marks)}"
+            checked = Checked(sentence.strip(), best, True, text, separator)
         self.checked.append(checked)
         return checked

@@ -259,7 +259,7 @@ class ChatPipeline:
         kept, dropped = len(gate.kept), len(gate.checked) - len(gate.kept)
         self.metrics.strict_sentences.labels("kept").inc(kept)
         self.metrics.strict_sentences.labels("dropped").inc(dropped)
-        return "".join(c.text for c in gate.kept).rstrip()
+        return gate.answer
 
     def _abstain_events(
         self,
