@@ -27,7 +27,7 @@ from ragbot.text.support import CITATION_MARK, paragraph_tokens, sentence_words,
 _BOUNDARY = re.compile(r"(?<=[.!?…׃؟])[ \t]+|\n+")
 _SPACE_BEFORE_END = re.compile(r"\s+([.!?…:;,])")
 # The citation marks (and the spaces around them) that may follow a sentence's end.
-_TRAILING_MARKS = re.compile(r"(?:[ \t]*\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\][.!?]?)*")
+_TRAILING_MARKS = re.compile(rf"(?:[ \t]*(?:{CITATION_MARK.pattern})[.!?]?)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,8 @@ class SentenceGate:
     _tokens: dict[int, set[str]] = field(init=False)
     _buffer: str = field(init=False, default="")
     checked: list[Checked] = field(init=False, default_factory=list)
-    _between: str | None = field(init=False, default=None)  # None until a sentence is sent
+    _sent: list[str] = field(init=False, default_factory=list)
+    _between: str = field(init=False, default="")  # what goes before the next sentence sent
 
     def __post_init__(self) -> None:
         self._tokens = {number: paragraph_tokens(text) for number, text in self.sources.items()}
@@ -70,8 +71,9 @@ class SentenceGate:
         out: list[str] = []
         for c in checked:
             if c.kept:
-                out.append((self._between or "") + c.text)
+                out.append(self._between + c.text)
                 self._between = c.after
+        self._sent += out
         return out
 
     @property
@@ -81,9 +83,8 @@ class SentenceGate:
 
     @property
     def answer(self) -> str:
-        """The sentences passed so far, as sent (no separator after the last)."""
-        kept = self.kept
-        return "".join(c.text + (c.after if i < len(kept) - 1 else "") for i, c in enumerate(kept))
+        """The text sent so far."""
+        return "".join(self._sent)
 
     def feed(self, piece: str) -> list[Checked]:
         """The sentences that ``piece`` completes, checked (a sentence's end is known only once the

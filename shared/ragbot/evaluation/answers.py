@@ -43,7 +43,7 @@ from ragbot.chat.schemas import Mode
 from ragbot.evaluation.split import Half, split_halves
 from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
-from ragbot.text.support import paragraph_tokens, sentence_words, support_share
+from ragbot.text.support import CITATION_MARK, best_support, paragraph_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ BEFORE_OVERRIDES: Final[Mapping[str, Any]] = {
     "boilerplate_filter": False,
     "strict_support_min": 0.0,
 }
-_CITATION = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])\s+")
 
 
@@ -118,18 +117,14 @@ def half_of(questions: Sequence[AnswerQuestion], half: Half) -> list[AnswerQuest
     return halves[half]
 
 
-def _tokens(text: str) -> set[str]:
-    return paragraph_tokens(text)
-
-
 def answer_sentences(answer: str) -> list[str]:
     """The sentences of an answer, without its ``[n]`` marks or the cut mark; empty pieces left out."""
     text = answer[: -len(CUT_MARK)] if answer.endswith(CUT_MARK) else answer
     out: list[str] = []
     for line in text.splitlines():
-        for piece in _SENTENCE_END.split(_CITATION.sub(" ", line)):
+        for piece in _SENTENCE_END.split(CITATION_MARK.sub(" ", line)):
             piece = " ".join(piece.split()).strip(" -*•")
-            if _tokens(piece):
+            if paragraph_tokens(piece):
                 out.append(piece)
     return out
 
@@ -143,8 +138,7 @@ def furniture(sentence: str) -> bool:
 def supported(sentence: str, paragraphs: Sequence[str], *, threshold: float = SUPPORT_THRESHOLD) -> bool:
     """Whether one paragraph holds at least ``threshold`` of the sentence's distinct words (a word
     counts when it, or its form without a Hebrew prefix letter, is among the paragraph's tokens)."""
-    wanted = sentence_words(sentence)
-    return bool(wanted) and any(support_share(wanted, _tokens(p)) >= threshold for p in paragraphs)
+    return best_support(sentence, paragraphs)[0] >= threshold > 0
 
 
 class RecordingRetriever:
