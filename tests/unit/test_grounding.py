@@ -136,6 +136,21 @@ async def test_when_no_sentence_of_the_model_is_in_a_source_strict_quotes_the_so
     assert count(registry, "dropped") == 1.0
 
 
+async def test_strict_scores_the_sources_sentences_once_for_the_decision_and_the_fallback() -> None:
+    pipeline, _ = pipeline_with(
+        "The document says many things about the topic.",
+        quote_min_score=0.3,
+        abstention_branches=["content_m_vectors"],  # the fake's dense branch: the decision reads it
+        abstention_rule={"bias": 1.0, "threshold": 0.0},
+    )
+    events = await turn(pipeline)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and not done.abstained and done.citations  # the quote fallback
+    retriever = pipeline.retriever
+    assert isinstance(retriever, StaticRetriever)
+    assert len(retriever.similarity_requests) == 1
+
+
 async def test_with_the_check_off_or_in_grounded_mode_the_model_s_text_is_sent_as_written() -> None:
     answer = "The document says many things about the topic."
     for pipeline, mode in (

@@ -20,6 +20,7 @@ from ragbot.chat.quote import (
     choose_sentences,
     compose,
     overlap,
+    repeats,
     score,
     sentences_of,
     split_sentences,
@@ -71,6 +72,20 @@ def test_sentences_of_documents_keep_their_number_and_position_and_skip_repeats(
         Sentence(2, 1, "Five six seven eight."),
         Sentence(1, 1, "Nine ten eleven twelve."),
     ]
+
+
+def test_a_sentence_said_again_or_cut_short_is_a_repeat_and_is_quoted_once() -> None:
+    full = "Workers aged 16 to 18 get a credit point from income tax every year."
+    assert repeats(full, "Workers aged 16 to 18 get a credit point")  # a summary's cut-short copy
+    assert repeats("נערים עובדים זכאים לנקודת זיכוי ממס הכנסה.", "נערים עובדים זכאים לנקודת זיכוי")
+    assert not repeats(full, "Workers aged 16 to 18 need form 101 from the employer.")
+    sentences = [
+        Sentence(1, 0, full),
+        Sentence(2, 0, "Workers aged 16 to 18 get a credit point"),
+        Sentence(2, 1, "The employer files form 101 with the tax office."),
+    ]
+    chosen = choose_sentences(Scored(sentences, [0.9, 0.89, 0.88], "similarity:m"), QuoteOptions())
+    assert [s.text for s in chosen] == [full, "The employer files form 101 with the tax office."]
 
 
 def _scored(scores: list[float], scorer: str = "similarity:m") -> Scored:

@@ -36,8 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragbot.chat.events import ChatRequest, Selection
-from ragbot.chat.quote import QuoteOptions, score, sentences_of
-from ragbot.chat.retriever import Retriever
+from ragbot.chat.quote import TurnSentences
 from ragbot.chat.schemas import Source
 from ragbot.prompts import detect_language
 from ragbot.schemas.retrieval import RetrieveResponse
@@ -242,30 +241,20 @@ async def assess(
     request: ChatRequest,
     response: RetrieveResponse | None,
     selection: Selection,
-    quote_debug: Mapping[str, Any] | None,
-    retriever: Retriever,
+    sentences: TurnSentences,
     settings: ChatSettings,
 ) -> Decision | None:
     """The turn's decision in ``strict`` and ``quote`` mode, when the retriever's debug view has branch
     scores to read and its dense branches are those the rules were fitted on (``abstention_branches``;
-    empty: any); None otherwise: a rule's weights mean nothing on another definition's scores. Quote mode
-    has scored its sentences already; strict scores them the same way (one similarity call), so both
-    modes decide on the same evidence."""
+    empty: any); None otherwise: a rule's weights mean nothing on another definition's scores. Both modes
+    read the best sentence score from the turn's one scoring of its sentences, so they decide on the
+    same evidence."""
     if request.mode not in ("strict", "quote") or response is None or not selection.sources:
         return None
     fitted = set(settings.abstention_branches)
     if fitted and dense_branches(response.debug.model_dump()) != fitted:
         return None
-    options = QuoteOptions.from_settings(settings)
-    best = (quote_debug or {}).get("best")
-    if request.mode == "strict":
-        scored = await score(
-            retriever=retriever,
-            question=request.question,
-            sentences=sentences_of(selection.documents),
-            options=options,
-        )
-        best = max(scored.scores) if scored.scores and scored.scorer != "overlap" else None
+    best = await sentences.best_cosine()
     ev = evidence(
         question=request.question,
         debug=response.debug.model_dump(),

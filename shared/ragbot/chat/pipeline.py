@@ -40,7 +40,7 @@ from ragbot.chat.grounding import SentenceGate
 from ragbot.chat.history import recent_turns
 from ragbot.chat.loops import CUT_MARK, LoopDetector
 from ragbot.chat.metrics import ChatMetrics, chat_metrics
-from ragbot.chat.quote import QuoteOptions, Sentence, compose, quote_sentences
+from ragbot.chat.quote import QuoteOptions, Sentence, TurnSentences, compose
 from ragbot.chat.retriever import Retriever
 from ragbot.chat.schemas import Source
 from ragbot.errors import DependencyUnavailable, LLMError, ValidationFailed
@@ -144,16 +144,19 @@ class ChatPipeline:
 
         selection = self.select_sources(request, response)
         debug["docs_before_filter"] = selection.before_filter
-        # quote mode scores the sentences first, so the sources event's debug says how they scored
-        chosen = (
-            await self._quote_choose(request, selection, timings, debug) if request.mode == "quote" else []
+        sentences = TurnSentences(
+            retriever=self.retriever,
+            question=request.question,
+            documents=selection.documents,
+            options=QuoteOptions.from_settings(self.settings),
         )
+        # quote mode scores the sentences first, so the sources event's debug says how they scored
+        chosen = await self._quote_choose(sentences, timings, debug) if request.mode == "quote" else []
         decision = await assess(
             request=request,
             response=response,
             selection=selection,
-            quote_debug=debug.get("quote"),
-            retriever=self.retriever,
+            sentences=sentences,
             settings=self.settings,
         )
         if decision is not None:
@@ -236,7 +239,7 @@ class ChatPipeline:
                 yield TokenEvent(text)
             answer = self._gated_answer(gate)
             if not answer:  # no sentence of the model is in a source: the sources' own sentences
-                chosen = await self._quote_choose(request, selection, timings, {})
+                chosen = await self._quote_choose(sentences, timings, {})
                 for event in self._quote_events(request, selection, chosen, started, timings):
                     yield event
                 return
@@ -282,16 +285,12 @@ class ChatPipeline:
         return [TokenEvent(answer), DoneEvent(answer, [], pages, usage, timings, abstained=True)]
 
     async def _quote_choose(
-        self, request: ChatRequest, selection: Selection, timings: dict[str, float], debug: dict[str, Any]
+        self, sentences: TurnSentences, timings: dict[str, float], debug: dict[str, Any]
     ) -> list[Sentence]:
-        """The quote mode's sentences (scored by the retriever's model), with how they scored in debug."""
+        """The quote mode's sentences (scored by the retriever's model at most once a turn), with how
+        they scored in debug."""
         t0 = time.perf_counter()
-        chosen, debug["quote"] = await quote_sentences(
-            retriever=self.retriever,
-            question=request.question,
-            documents=selection.documents,
-            options=QuoteOptions.from_settings(self.settings),
-        )
+        chosen, debug["quote"] = await sentences.quote()
         timings["quote_ms"] = _ms(time.perf_counter() - t0)
         return chosen
 

@@ -36,9 +36,10 @@ __all__ = [
     "QuoteOptions",
     "Scored",
     "Sentence",
+    "TurnSentences",
     "choose_sentences",
     "compose",
-    "quote_sentences",
+    "repeats",
     "score",
     "split_sentences",
 ]
@@ -60,6 +61,9 @@ _PAREN_TARGET = re.compile(
 _EMPHASIS = re.compile(r"\*\*|__|`")
 _CITATION_LIKE = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 MIN_WORDS = 4
+_WORD = re.compile(r"\w+")
+# Two sentences with this share of the shorter one's words in common say the same thing: one is quoted.
+REPEAT_SHARE = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,14 @@ async def score(
     return Scored(list(sentences), scores, f"similarity:{response.model}")
 
 
+def repeats(a: str, b: str) -> bool:
+    """Whether one sentence says the other again: nearly all the shorter one's words are in the longer
+    (a cut-short copy, such as a page's summary repeating its own sentence, or the same words again)."""
+    wa, wb = set(_WORD.findall(a.casefold())), set(_WORD.findall(b.casefold()))
+    shorter = min(len(wa), len(wb))
+    return shorter > 0 and len(wa & wb) >= REPEAT_SHARE * shorter
+
+
 def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
     """The best sentences (at most ``max_sentences``, at least the floor, within ``margin`` of the
     best), in rank order of their sources and document order inside each; empty when none passes."""
@@ -201,7 +213,12 @@ def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
         return []
     cut = max(floor, best - options.margin)
     ranked = sorted(range(len(scored.sentences)), key=lambda i: -scored.scores[i])
-    kept = [scored.sentences[i] for i in ranked[: options.max_sentences] if scored.scores[i] >= cut]
+    kept: list[Sentence] = []
+    for i in ranked:
+        if len(kept) == options.max_sentences or scored.scores[i] < cut:
+            break
+        if not any(repeats(scored.sentences[i].text, k.text) for k in kept):
+            kept.append(scored.sentences[i])
     order = {n: i for i, n in enumerate(dict.fromkeys(s.number for s in scored.sentences))}
     return sorted(kept, key=lambda s: (order[s.number], s.position))
 
@@ -217,22 +234,49 @@ def compose(chosen: Sequence[Sentence]) -> list[str]:
     return pieces
 
 
-async def quote_sentences(
-    *, retriever: Retriever, question: str, documents: Sequence[PromptDocument], options: QuoteOptions
-) -> tuple[list[Sentence], dict[str, Any]]:
-    """The sentences to quote (scored by the retriever's model), and how they scored (the debug view)."""
-    scored = await score(
-        retriever=retriever, question=question, sentences=sentences_of(documents), options=options
-    )
-    chosen = choose_sentences(scored, options)
-    position = {id(s): i for i, s in enumerate(scored.sentences)}
-    return chosen, {
-        "scorer": scored.scorer,
-        "error": scored.error,
-        "sentences": len(scored.sentences),
-        "best": round(max(scored.scores), 6) if scored.scores else None,
-        "chosen": [
-            {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
-            for s in chosen
-        ],
-    }
+class TurnSentences:
+    """A turn's source sentences, scored against the question at most once (one ``POST
+    /v1/similarity``) and shared by quote mode, the answerability decision and strict's fallback."""
+
+    def __init__(
+        self,
+        *,
+        retriever: Retriever,
+        question: str,
+        documents: Sequence[PromptDocument],
+        options: QuoteOptions,
+    ) -> None:
+        self.retriever, self.question, self.documents, self.options = retriever, question, documents, options
+        self._scored: Scored | None = None
+
+    async def scored(self) -> Scored:
+        """The sentences and their scores (scored on the first call only)."""
+        if self._scored is None:
+            self._scored = await score(
+                retriever=self.retriever,
+                question=self.question,
+                sentences=sentences_of(self.documents),
+                options=self.options,
+            )
+        return self._scored
+
+    async def best_cosine(self) -> float | None:
+        """The best sentence's score by the retriever's model; None when only token overlap scored."""
+        scored = await self.scored()
+        return max(scored.scores) if scored.scores and scored.scorer != "overlap" else None
+
+    async def quote(self) -> tuple[list[Sentence], dict[str, Any]]:
+        """The sentences to quote, and how they scored (the debug view)."""
+        scored = await self.scored()
+        chosen = choose_sentences(scored, self.options)
+        position = {id(s): i for i, s in enumerate(scored.sentences)}
+        return chosen, {
+            "scorer": scored.scorer,
+            "error": scored.error,
+            "sentences": len(scored.sentences),
+            "best": round(max(scored.scores), 6) if scored.scores else None,
+            "chosen": [
+                {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
+                for s in chosen
+            ],
+        }
