@@ -75,6 +75,7 @@ SPENT_SETS = (
     "samples/kolzchut/abstention_questions_fresh4.json",
     "samples/kolzchut/abstention_questions_fresh5.json",
     "samples/kolzchut/abstention_questions_fresh6.json",
+    "samples/kolzchut/abstention_questions_fresh7.json",
 )
 
 

@@ -32,6 +32,7 @@ SETS: Mapping[str, str] = {
     "fresh4": "abstention_questions_fresh4.json",
     "fresh5": "abstention_questions_fresh5.json",
     "fresh6": "abstention_questions_fresh6.json",
+    "fresh7": "abstention_questions_fresh7.json",
 }
 
 
