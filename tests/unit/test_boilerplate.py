@@ -10,7 +10,7 @@ from typing import Any
 
 from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 
-from ragbot.chat.boilerplate import furniture_line, is_boilerplate, strip_furniture
+from ragbot.chat.boilerplate import furniture_line, is_boilerplate, link_only, strip_furniture
 from ragbot.chat.events import ChatRequest
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.quote import sentences_of
@@ -69,6 +69,29 @@ def test_a_furniture_line_is_a_notice_a_stamp_or_a_pointer_not_a_sentence_that_l
     assert furniture_line("ראו גם דמי לידה (זכות) (/index.php/דמי_לידה_(זכות)).")
     assert not furniture_line("מגישים תביעה לדמי אבטלה באתר ביטוח לאומי (https://www.btl.gov.il).")
     assert not furniture_line("Workers aged 16 to 18 get a tax credit point.")
+
+
+def test_a_line_that_is_one_link_and_nothing_else_is_a_pointer_never_quoted() -> None:
+    # the content API's shape: an item of a list of links, and a sentence that holds a link
+    assert link_only("משרד העבודה – פיצויי פיטורים (https://www.gov.il/he/departments/topics/severance_pay)")
+    assert link_only('*   [ביטוח בריאות לעובדים זרים](/he/%D7%91%D7%99 "ביטוח בריאות לעובדים זרים")')
+    assert link_only("- [דמי לידה (זכות)](/he/דמי_לידה_(זכות))")
+    assert not link_only("נרשמים באתר שירות התעסוקה (https://www.taasuka.gov.il).")
+    assert not link_only(
+        "דמי לידה משולמים לעובדות (/index.php?title=x) בתקופת חופשת לידה (/index.php?title=y)."
+    )
+    assert not link_only("* הורים ל[ילד נכה](/he/x) זכאים לגמלה")
+    long_title = " ".join(["מילה"] * 13)
+    assert not link_only(f"{long_title} (https://example.org/x)")  # a sentence, not a link's title
+    assert furniture_line("למידע נוסף ראו הענקת אבטלה לבני נוער.")
+    assert furniture_line("For more information, see the National Insurance page.")
+    paragraph = (
+        "דמי אבטלה משולמים למי שפוטר ונרשם בשירות התעסוקה.\n"
+        "חוק הביטוח הלאומי - פרק ז' (https://www.nevo.co.il/law_html/law00/72495.htm)\n"
+        "תקנות הביטוח הלאומי (ביטוח אבטלה) (https://www.nevo.co.il/law_html/law01/p214m2_001.htm)"
+    )
+    quoted = [s.text for s in sentences_of([PromptDocument(1, "", paragraph)])]
+    assert quoted == ["דמי אבטלה משולמים למי שפוטר ונרשם בשירות התעסוקה."]
 
 
 def test_a_boilerplate_paragraph_takes_no_place_among_the_sources() -> None:

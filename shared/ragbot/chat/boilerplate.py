@@ -8,8 +8,11 @@ text, and ``content_api_pages.jsonl``, the real extension's stripped HTML; count
   paragraph of its own after splitting, and the fragments are copies of the page's own sentences;
 - the site's notices (the legal disclaimer "המידע באתר הוא מידע כללי ואינו מידע מחייב…", who runs the
   site, the grammatical-gender note, the sponsor line) appear as a footer paragraph;
-- "see also" lines (``ראו גם X (url)``), and the links listed under a "ראו גם" heading (the content
-  API writes each as a bare ``text (url)`` line), point elsewhere and answer nothing;
+- "see also" and "for more information see" lines (``ראו גם X (url)``, ``למידע נוסף ראו X``), the links
+  listed under a "ראו גם" heading, and any line that is one link and nothing else (an item of the pages'
+  lists of related rights, laws and links: markdown's ``[text](url)``, or the content API's bare
+  ``text (url)`` with a short text that is no sentence) point elsewhere and answer nothing: a link's
+  title names a topic, it does not say anything about it;
 - whereas text that many pages share through templates is real content: "נקודות זיכוי מקטינות את גובה
   מס ההכנסה…" opens 16 of the 39 pages, "רשות המסים" heads the contact list of 19; neither is flagged,
   because neither is a notice, a stamp or a pointer.
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["furniture_line", "furniture_mask", "is_boilerplate", "strip_furniture"]
+__all__ = ["furniture_line", "furniture_mask", "is_boilerplate", "link_only", "strip_furniture"]
 
 # The site speaking about itself: its disclaimer, operator, terms, language note, sponsors.
 _NOTICE = re.compile(
@@ -37,9 +40,18 @@ _NOTICE = re.compile(
 # A pointer elsewhere: "see also", "related pages", "for more information see" at the start of a line.
 _SEE_ALSO = re.compile(
     r"^\s*(?:[-*+•]\s*)?(?:ראו גם|ראה גם|ראי גם|קישורים חיצוניים|see also|related (?:topics|pages|articles)"
-    r"|external links)\b",
+    r"|external links|(?:ל|)מידע נוסף,? (?:ראו|ראה|ראי|ב)|לפרטים נוספים,? (?:ראו|ראה|ראי)"
+    r"|for (?:more|further) (?:information|details),? see)\b",
     re.IGNORECASE,
 )
+# A line that is one link and nothing else (a list of links to other pages): markdown's "[text](target)",
+# or the content API's "text (target)" with a short text that is no sentence.
+_LINK_ONLY = re.compile(r"^\s*(?:[-*+•]\s*)?\[[^\]]+\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)\s*$")
+_PAREN_LINK_ONLY = re.compile(
+    r"^\s*(?:[-*+•]\s*)?(?P<text>(?:[^.!?()\n]|\([^.!?()\n]*\)){2,160}?)\s*\((?:https?://|/|www\.)[^()\s]*\)\s*$",
+    re.IGNORECASE,
+)
+LINK_TEXT_MAX_WORDS = 12
 # The generated block's lines: they only ever appear in it.
 _STAMP = re.compile(
     r"^\s*(?:[-*+•]\s*)?(?:last updated:|עודכן לאחרונה|this document covers topics related to"
@@ -55,10 +67,20 @@ _SEE_ALSO_HEADING = re.compile(
 BOILERPLATE_SHARE = 0.5
 
 
+def link_only(line: str) -> bool:
+    """Whether a line is one link to another page and nothing else (an item of a list of links)."""
+    if _LINK_ONLY.match(line):
+        return True
+    found = _PAREN_LINK_ONLY.match(line)
+    return found is not None and len(found["text"].split()) <= LINK_TEXT_MAX_WORDS
+
+
 def furniture_line(line: str) -> bool:
-    """Whether one line (or sentence) is a notice, a stamp or a "see also" pointer."""
+    """Whether one line (or sentence) is a notice, a stamp, a "see also" pointer or a bare link."""
     text = line.strip()
-    return bool(text) and bool(_STAMP.match(text) or _SEE_ALSO.match(text) or _NOTICE.search(text))
+    return bool(text) and bool(
+        _STAMP.match(text) or _SEE_ALSO.match(text) or _NOTICE.search(text) or link_only(text)
+    )
 
 
 def furniture_mask(lines: list[str]) -> list[bool]:
