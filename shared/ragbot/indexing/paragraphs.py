@@ -16,12 +16,10 @@ Two strategies:
 
 The heading path ("H2 > H3") is returned beside the text, never inside it.
 
-``link_targets="drop"`` (the default) leaves out lists of links (two or more list items in a row, each
-one markdown link and nothing else: "see also", laws, external links; they name other pages' topics
-and answer nothing, so they would only match questions the page does not answer), keeps every other
-markdown link's text and drops its target (``[text](url)`` becomes ``text``): link targets are 45% of
-the characters of the Kol-Zchut pages, URL-encoded Hebrew costs about one token per 1.5 characters, and
-dropping them halves the paragraph count at a 256-token budget. ``keep`` stores the text as the wiki sent it.
+``link_targets="drop"`` (the default) keeps a markdown link's text and drops its target (``[text](url)``
+becomes ``text``): link targets are 45% of the characters of the Kol-Zchut pages, URL-encoded Hebrew
+costs about one token per 1.5 characters, and dropping them halves the paragraph count at a 256-token
+budget. ``keep`` stores the text as the wiki sent it.
 
 Token counting: a counter returns what its model is fed for a text, special tokens and prefix
 included. Each counter's fixed overhead is measured once, as ``2*c("a") - c("a a")``, and summed
@@ -55,9 +53,6 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 # A markdown link or image; the target may hold escaped or balanced parentheses and a "title".
 _LINK_WITH_TARGET = re.compile(r"!?\[([^\]\n]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
-# A list item that is one link and nothing else; LINK_LIST_MIN_ITEMS of them in a row are a list of links.
-_LINK_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+!?\[[^\]\n]+\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)\s*$")
-LINK_LIST_MIN_ITEMS = 2
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{2,}")
 _SENTENCE_END = re.compile(r"(?<=[.!?؟。…])\s+")
 
@@ -105,32 +100,13 @@ def split_page(
     ]
 
 
-def drop_link_lists(text: str) -> str:
-    """``text`` without its lists of links: runs of at least ``LINK_LIST_MIN_ITEMS`` list items that
-    are each one markdown link and nothing else (navigation: they name other pages, say nothing)."""
-    lines = text.split("\n")
-    keep = [True] * len(lines)
-    start = 0
-    while start < len(lines):
-        end = start
-        while end < len(lines) and _LINK_ITEM.match(lines[end]):
-            end += 1
-        if end - start >= LINK_LIST_MIN_ITEMS:
-            keep[start:end] = [False] * (end - start)
-        start = end + 1 if end == start else end
-    return "\n".join(line for line, kept in zip(lines, keep, strict=True) if kept)
-
-
 def drop_link_targets(page: Page) -> Page:
-    """The page with its lists of links left out (``drop_link_lists``) and every other markdown
-    ``[text](target)`` reduced to ``text`` (content and blocks)."""
-
-    def drop(text: str) -> str:
-        return _LINK_WITH_TARGET.sub(r"\1", drop_link_lists(text))
-
-    update: dict[str, object] = {"content": drop(page.content)}
+    """The page with every markdown ``[text](target)`` reduced to ``text`` (content and blocks)."""
+    update: dict[str, object] = {"content": _LINK_WITH_TARGET.sub(r"\1", page.content)}
     if page.blocks is not None:
-        update["blocks"] = [b.model_copy(update={"text": drop(b.text)}) for b in page.blocks]
+        update["blocks"] = [
+            b.model_copy(update={"text": _LINK_WITH_TARGET.sub(r"\1", b.text)}) for b in page.blocks
+        ]
     return page.model_copy(update=update)
 
 

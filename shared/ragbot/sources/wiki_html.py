@@ -5,8 +5,7 @@ are lines (``- item``, ``1. item``, indented by depth), and each table is a bloc
 ``is_table=True`` (markdown rows, the first row the header), so the splitter keeps headings and tables.
 
 Dropped: edit-section links, reference markers (``[1]``) and back-links, the table of contents,
-navigation boxes, lists of links (every item one link and nothing else: "see also", laws, external
-links), category links, hidden elements, scripts, styles and comments. Every link is reduced
+navigation boxes, category links, hidden elements, scripts, styles and comments. Every link is reduced
 to its text: internal links, red links (``action=edit&redlink=1``) and external links alike keep the
 words the reader sees and lose their target, which is what the tag-stripped ``content`` got wrong
 (``text (url)``). Autonumbered external links (``[1]`` for a bare ``[http://…]``) are dropped whole.
@@ -97,7 +96,6 @@ _PARAGRAPH_TAGS = frozenset(
     }
 )
 _LINE_TAGS = frozenset({"li", "dt", "dd"})
-LINK_LIST_MIN_ITEMS = 2
 _LIST_TAGS = frozenset({"ul", "ol", "dl"})
 
 
@@ -129,23 +127,7 @@ def _skipped(el: etree._Element) -> bool:
         return True
     if el.get("id") in _SKIP_IDS or el.get("role") == "navigation":
         return True
-    if bool(_HIDDEN.search(el.get("style") or "")):
-        return True
-    return tag in ("ul", "ol") and link_list(el)
-
-
-def link_list(el: etree._Element) -> bool:
-    """True for a list of links: at least ``LINK_LIST_MIN_ITEMS`` items, each one link and nothing else
-    (the pages' "see also", laws and external-links lists): it names other pages' topics, says nothing."""
-    items = [c for c in el if isinstance(c.tag, str) and c.tag.lower() == "li"]
-    return len(items) >= LINK_LIST_MIN_ITEMS and all(_link_only_item(li) for li in items)
-
-
-def _link_only_item(li: etree._Element) -> bool:
-    if li.find(".//ul") is not None or li.find(".//ol") is not None:
-        return False
-    anchors = li.findall(".//a")
-    return len(anchors) == 1 and inline_text(li) == inline_text(anchors[0]) != ""
+    return bool(_HIDDEN.search(el.get("style") or ""))
 
 
 def inline_text(el: etree._Element) -> str:
