@@ -76,6 +76,7 @@ SPENT_SETS = (
     "samples/kolzchut/abstention_questions_fresh5.json",
     "samples/kolzchut/abstention_questions_fresh6.json",
     "samples/kolzchut/abstention_questions_fresh7.json",
+    "samples/kolzchut/abstention_questions_fresh8.json",
 )
 
 

@@ -33,6 +33,7 @@ SETS: Mapping[str, str] = {
     "fresh5": "abstention_questions_fresh5.json",
     "fresh6": "abstention_questions_fresh6.json",
     "fresh7": "abstention_questions_fresh7.json",
+    "fresh8": "abstention_questions_fresh8.json",
 }
 
 
