@@ -254,7 +254,7 @@ async def assess(
     fitted = set(settings.abstention_branches)
     if fitted and dense_branches(response.debug.model_dump()) != fitted:
         return None
-    best = await sentences.best_cosine()
+    best = await sentences.best_score()
     ev = evidence(
         question=request.question,
         debug=response.debug.model_dump(),

@@ -27,7 +27,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["furniture_line", "furniture_mask", "is_boilerplate", "link_only", "strip_furniture"]
+__all__ = [
+    "LIST_ITEM_MARK",
+    "MARKDOWN_LINK",
+    "PAREN_TARGET",
+    "furniture_line",
+    "furniture_mask",
+    "is_boilerplate",
+    "link_only",
+    "strip_furniture",
+]
 
 # The site speaking about itself: its disclaimer, operator, terms, language note, sponsors.
 _NOTICE = re.compile(
@@ -40,17 +49,20 @@ _NOTICE = re.compile(
 # A pointer elsewhere: "see also", "related pages", "for more information see" at the start of a line.
 _SEE_ALSO = re.compile(
     r"^\s*(?:[-*+•]\s*)?(?:ראו גם|ראה גם|ראי גם|קישורים חיצוניים|see also|related (?:topics|pages|articles)"
-    r"|external links|(?:ל|)מידע נוסף,? (?:ראו|ראה|ראי|ב)|לפרטים נוספים,? (?:ראו|ראה|ראי)"
+    r"|external links|ל?מידע נוסף,? (?:ראו|ראה|ראי|ב)|לפרטים נוספים,? (?:ראו|ראה|ראי)"
     r"|for (?:more|further) (?:information|details),? see)\b",
     re.IGNORECASE,
 )
-# A line that is one link and nothing else (a list of links to other pages): markdown's "[text](target)",
-# or the content API's "text (target)" with a short text that is no sentence.
-_LINK_ONLY = re.compile(r"^\s*(?:[-*+•]\s*)?\[[^\]]+\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)\s*$")
-_PAREN_LINK_ONLY = re.compile(
-    r"^\s*(?:[-*+•]\s*)?(?P<text>(?:[^.!?()\n]|\([^.!?()\n]*\)){2,160}?)\s*\((?:https?://|/|www\.)[^()\s]*\)\s*$",
-    re.IGNORECASE,
+# A markdown link or image (its text is group 1); the target may hold escaped or balanced parentheses.
+MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
+# A link's target as the content API writes it after the link's text: "text (url)".
+PAREN_TARGET = re.compile(
+    r"\s*\((?:https?://|/|mailto:|tel:|www\.)[^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)", re.IGNORECASE
 )
+# A list item's mark: a bullet or a number.
+LIST_ITEM_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+_SENTENCE_MARK = re.compile(r"[.!?]")
+# The most words a link's text has; a longer "text (url)" is a sentence that ends in a link.
 LINK_TEXT_MAX_WORDS = 12
 # The generated block's lines: they only ever appear in it.
 _STAMP = re.compile(
@@ -68,11 +80,16 @@ BOILERPLATE_SHARE = 0.5
 
 
 def link_only(line: str) -> bool:
-    """Whether a line is one link to another page and nothing else (an item of a list of links)."""
-    if _LINK_ONLY.match(line):
+    """Whether a line is one link to another page and nothing else (an item of a list of links):
+    a markdown link, or a short text with no sentence mark followed by its content-API target."""
+    text = LIST_ITEM_MARK.sub("", line.strip())
+    if MARKDOWN_LINK.fullmatch(text):
         return True
-    found = _PAREN_LINK_ONLY.match(line)
-    return found is not None and len(found["text"].split()) <= LINK_TEXT_MAX_WORDS
+    target = PAREN_TARGET.search(text)
+    if target is None or target.end() != len(text):
+        return False
+    title = text[: target.start()]
+    return not _SENTENCE_MARK.search(title) and 0 < len(title.split()) <= LINK_TEXT_MAX_WORDS
 
 
 def furniture_line(line: str) -> bool:

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ragbot.chat.boilerplate import strip_furniture
+from ragbot.chat.boilerplate import LIST_ITEM_MARK, MARKDOWN_LINK, PAREN_TARGET, strip_furniture
 from ragbot.chat.retriever import Retriever
 from ragbot.errors import DependencyUnavailable, ValidationFailed
 from ragbot.prompts import PromptDocument, detect_language
 from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
 from ragbot.settings import ChatSettings
 from ragbot.text import analyze
+from ragbot.text.support import CITATION_MARK, paragraph_tokens, sentence_words, support_share
 
 __all__ = [
     "QuoteOptions",
@@ -44,9 +45,6 @@ __all__ = [
     "split_sentences",
 ]
 
-# A markdown link or image: its text stays, the target goes.
-_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
-_BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _HEADING = re.compile(r"^\s*#{1,6}\s")
 _RULE = re.compile(r"^\s*[-=_*|:\s]{3,}$")
 # A sentence ends at . ! ? … (or the Hebrew sof pasuq, the Arabic question mark) before a space, unless
@@ -54,14 +52,8 @@ _RULE = re.compile(r"^\s*[-=_*|:\s]{3,}$")
 _SENTENCE_END = re.compile(r"(?<=[.!?…׃؟])(?<!\b[A-Za-z]\.)(?<!\b[A-Za-z]{2}\.)(?<!\b\d\.)\s+")
 _LINK_TAIL = re.compile(r"\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
 _URL = re.compile(r"https?://|www\.", re.IGNORECASE)
-# A link as the content API writes it, "text (url)": the text stays, the parenthesised target goes.
-_PAREN_TARGET = re.compile(
-    r"\s*\((?:https?://|/|mailto:|tel:|www\.)[^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)", re.IGNORECASE
-)
 _EMPHASIS = re.compile(r"\*\*|__|`")
-_CITATION_LIKE = re.compile(r"\[\s*\d{1,4}(?:\s*[,;]\s*\d{1,4})*\s*\]")
 MIN_WORDS = 4
-_WORD = re.compile(r"\w+")
 # Two sentences with this share of the shorter one's words in common say the same thing: one is quoted.
 REPEAT_SHARE = 0.9
 
@@ -114,11 +106,11 @@ class Scored:
 def clean_line(line: str) -> str:
     """A line as a reader sees it: link text without targets (markdown's, or the content API's
     ``text (url)``), no bullets, emphasis or stray ``[n]``."""
-    line = _LINK.sub(r"\1", line)
-    line = _PAREN_TARGET.sub("", line)
-    line = _CITATION_LIKE.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
+    line = MARKDOWN_LINK.sub(r"\1", line)
+    line = PAREN_TARGET.sub("", line)
+    line = CITATION_MARK.sub("", line)  # a paragraph's own "[2]" would read as one of our citations
     line = _LINK_TAIL.sub("", line).replace("[", "")  # a link the paragraph split cut in two
-    line = _BULLET.sub("", line)
+    line = LIST_ITEM_MARK.sub("", line)
     line = _EMPHASIS.sub("", line)
     return " ".join(line.split())
 
@@ -130,7 +122,7 @@ def split_sentences(text: str, *, title: str = "") -> list[str]:
     left out."""
     out: list[str] = []
     title = " ".join(title.split()).casefold()
-    for raw in _LINK.sub(r"\1", text).splitlines():
+    for raw in MARKDOWN_LINK.sub(r"\1", text).splitlines():
         if _HEADING.match(raw) or _RULE.match(raw):
             continue
         line = clean_line(raw)
@@ -195,11 +187,11 @@ async def score(
 
 
 def repeats(a: str, b: str) -> bool:
-    """Whether one sentence says the other again: nearly all the shorter one's words are in the longer
-    (a cut-short copy, such as a page's summary repeating its own sentence, or the same words again)."""
-    wa, wb = set(_WORD.findall(a.casefold())), set(_WORD.findall(b.casefold()))
-    shorter = min(len(wa), len(wb))
-    return shorter > 0 and len(wa & wb) >= REPEAT_SHARE * shorter
+    """Whether one sentence says the other again: the longer holds ``REPEAT_SHARE`` of the shorter's
+    words (``ragbot.text.support``: a cut-short copy, such as a page's summary repeating its own
+    sentence, or the same words again)."""
+    shorter, longer = sorted((a, b), key=lambda text: len(text.split()))
+    return support_share(sentence_words(shorter), paragraph_tokens(longer)) >= REPEAT_SHARE
 
 
 def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
@@ -234,20 +226,16 @@ def compose(chosen: Sequence[Sentence]) -> list[str]:
     return pieces
 
 
+@dataclass(slots=True)
 class TurnSentences:
     """A turn's source sentences, scored against the question at most once (one ``POST
     /v1/similarity``) and shared by quote mode, the answerability decision and strict's fallback."""
 
-    def __init__(
-        self,
-        *,
-        retriever: Retriever,
-        question: str,
-        documents: Sequence[PromptDocument],
-        options: QuoteOptions,
-    ) -> None:
-        self.retriever, self.question, self.documents, self.options = retriever, question, documents, options
-        self._scored: Scored | None = None
+    retriever: Retriever
+    question: str
+    documents: Sequence[PromptDocument]
+    options: QuoteOptions
+    _scored: Scored | None = field(default=None, init=False)
 
     async def scored(self) -> Scored:
         """The sentences and their scores (scored on the first call only)."""
@@ -260,7 +248,7 @@ class TurnSentences:
             )
         return self._scored
 
-    async def best_cosine(self) -> float | None:
+    async def best_score(self) -> float | None:
         """The best sentence's score by the retriever's model; None when only token overlap scored."""
         scored = await self.scored()
         return max(scored.scores) if scored.scores and scored.scorer != "overlap" else None
