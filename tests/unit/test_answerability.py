@@ -85,10 +85,14 @@ def test_a_question_in_another_language_than_its_page_gets_the_cross_language_ru
 
 
 def _turn(
-    mode: str, rule: dict[str, float], branches: Sequence[str] = ()
+    mode: str,
+    rule: dict[str, float],
+    branches: Sequence[str] = (),
+    question: str = "What is the hourly minimum wage?",
+    text: str = "Annual leave is 16 days a year.",
 ) -> tuple[list[ChatEvent], ScriptedLLM]:
     docs = [
-        document(7, 0, "Annual leave is 16 days a year.", title="Annual leave"),
+        document(7, 0, text, title="Annual leave"),
         document(8, 0, "x y z w"),
     ]
     llm = ScriptedLLM()
@@ -100,7 +104,7 @@ def _turn(
             _env_file=None, abstention_rule=rule, abstention_branches=list(branches), quote_min_score=0.0
         ),
     )
-    request = ChatRequest(question="What is the hourly minimum wage?", mode=mode, language="en")  # type: ignore[arg-type]
+    request = ChatRequest(question=question, mode=mode, language="en")  # type: ignore[arg-type]
 
     async def collect() -> list[ChatEvent]:
         return [e async for e in pipeline.run(request)]
@@ -134,3 +138,20 @@ def test_a_rule_fitted_on_other_dense_branches_does_not_decide() -> None:
     assert "answerability" not in events[0].debug  # type: ignore[union-attr]
     events, _ = _turn("strict", never, branches=["content_m_vectors"])  # the fake's one dense branch
     assert isinstance(events[-1], DoneEvent) and events[-1].abstained
+
+
+def test_a_question_asking_an_amount_its_sources_never_state_abstains_even_when_the_rule_answers() -> None:
+    always = {"bias": 1.0, "threshold": 0.0}
+    for mode in ("quote", "strict"):
+        events, llm = _turn(mode, always, question="How much is the annual leave pay per day?")
+        done = events[-1]
+        assert isinstance(done, DoneEvent) and done.abstained, mode
+        assert "Related pages that may help:\n- Annual leave" in done.answer and llm.calls == []
+        decision = events[0].debug["answerability"]  # type: ignore[union-attr]
+        assert decision["answer"] is False and decision["reason"] == "answer_kind"
+    # a duration the sources state: the turn goes on
+    question, text = "How many days off do I get a year?", "Every worker gets 16 days off a year."
+    events, llm = _turn("strict", always, question=question, text=text)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
+    assert events[0].debug["answerability"]["reason"] == "rule"  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ from support.chat_fakes import ScriptedLLM, StaticRetriever, document
 from ragbot.chat.boilerplate import furniture_line, is_boilerplate, link_only, strip_furniture
 from ragbot.chat.events import ChatRequest
 from ragbot.chat.pipeline import ChatPipeline
-from ragbot.chat.quote import sentences_of
+from ragbot.chat.quote import clean_line, sentences_of
 from ragbot.indexing.paragraphs import ParagraphText, split_page
 from ragbot.prompts import PromptDocument, PromptLibrary
 from ragbot.schemas.pages import Page
@@ -42,6 +42,14 @@ def test_the_crawled_pages_lose_their_generated_block_and_disclaimer_and_keep_sh
     assert Counter(p.heading for _, p in flagged) == {"Key Points": 39, "Related Topics": 39, "": 1}
     [(page, footer)] = [(page, p) for page, p in flagged if p.heading == ""]
     assert page == 100035 and DISCLAIMER in footer.text
+    # a page's list of links (laws, government bodies, aid organisations) stays a source, each item
+    # still written as a link once indexing drops the targets ("[title]()"), and none is ever quoted
+    laws = [p for _, p in paragraphs if p.heading.endswith("חקיקה ונהלים")]
+    lists = [p for p in laws if any(link_only(line) for line in p.text.splitlines())]
+    assert len(lists) >= 20 and not any(is_boilerplate(p.text) for p in lists)
+    for p in lists:
+        links = {clean_line(line) for line in p.text.splitlines() if link_only(line)}
+        assert not links & {s.text for s in sentences_of([PromptDocument(1, "", p.text)])}
     # real content that 16 pages share through a template stays, as does every other paragraph
     generated = ("Key Points", "Related Topics")
     shared = [p for _, p in paragraphs if SHARED_CONTENT in p.text and p.heading not in generated]
@@ -92,6 +100,35 @@ def test_a_line_that_is_one_link_and_nothing_else_is_a_pointer_never_quoted() ->
     )
     quoted = [s.text for s in sentences_of([PromptDocument(1, "", paragraph)])]
     assert quoted == ["דמי אבטלה משולמים למי שפוטר ונרשם בשירות התעסוקה."]
+
+
+def test_a_link_item_stays_a_link_after_indexing_drops_its_target_and_is_never_quoted() -> None:
+    page = Page.from_wiki_content(
+        {
+            "page_id": 1,
+            "title": "דמי אבטלה",
+            "content": (
+                "דמי אבטלה משולמים למי שפוטר ונרשם בשירות התעסוקה.\n"
+                "*   [חוק הביטוח הלאומי](https://he.wikisource.org/wiki/x#y) - פרק ז'\n"
+                "*   [שעות עבודה ושכר לעובדים זרים בענף הבנייה](/x), רשות האוכלוסין וההגירה\n"
+                '*   [ביטוח בריאות לעובדים זרים](/he/%D7%91 "ביטוח בריאות לעובדים זרים")\n'
+                "*   מי שפוטר זכאי ל[דמי אבטלה](/he/x) אחרי 12 חודשי עבודה."
+            ),
+        }
+    )
+    [paragraph] = split_page(page, token_counters=[lambda t: len(t.split())], max_tokens=512)
+    lines = paragraph.text.splitlines()
+    assert lines[1:4] == [
+        "*   [חוק הביטוח הלאומי]() - פרק ז'",
+        "*   [שעות עבודה ושכר לעובדים זרים בענף הבנייה](), רשות האוכלוסין וההגירה",
+        "*   [ביטוח בריאות לעובדים זרים]()",
+    ]
+    assert [link_only(line) for line in lines] == [False, True, True, True, False]
+    quoted = [s.text for s in sentences_of([PromptDocument(1, "", paragraph.text)])]
+    assert quoted == [
+        "דמי אבטלה משולמים למי שפוטר ונרשם בשירות התעסוקה.",
+        "מי שפוטר זכאי לדמי אבטלה אחרי 12 חודשי עבודה.",
+    ]
 
 
 def test_a_boilerplate_paragraph_takes_no_place_among_the_sources() -> None:

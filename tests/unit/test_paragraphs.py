@@ -360,6 +360,27 @@ def test_link_targets_are_dropped_by_default_and_can_be_kept() -> None:
         split(page(content), link_targets="strip")
 
 
+def test_a_link_alone_on_its_line_keeps_its_brackets_so_the_chat_knows_it_for_navigation() -> None:
+    content = (
+        "Intro with [a link](/he/x) inside.\n"
+        '*   [Health insurance for foreign workers](/he/%D7%91 "Health insurance")\n'
+        "1. [The National Insurance Law](https://x.example/a_(b))\n"
+        "[Form 101](/he/f)\n"
+        "![chart](a.png)\n"
+        "- [one](/a) and [two](/b)"
+    )
+    assert split(page(content))[0].text.splitlines() == [
+        "Intro with a link inside.",
+        "*   [Health insurance for foreign workers]()",
+        "1. [The National Insurance Law]()",
+        "[Form 101]()",
+        "chart",
+        "- one and two",
+    ]
+    blocks = [Block(text="- [a](https://x.example/a)\n- [b](https://x.example/b) c", location="page 1")]
+    assert split(page(blocks=blocks))[0].text == "- [a]()\n- b c"
+
+
 def test_dropping_link_targets_halves_the_kolzchut_paragraphs_at_a_dense_budget() -> None:
     def dense(text: str) -> int:  # URL-encoded Hebrew is about one token per 1.5 characters
         return len(text) * 2 // 3

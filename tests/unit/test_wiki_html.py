@@ -70,6 +70,21 @@ def test_parse_html_keeps_heading_paths_and_drops_chrome() -> None:
         assert dropped not in text, dropped
 
 
+def test_a_line_that_is_one_link_is_written_as_a_link_without_its_target() -> None:
+    blocks = blocks_from_html(
+        '<p>See <a href="/wiki/A">A</a>.</p><ul><li><a href="/wiki/B" title="B">Rights of B</a></li>'
+        '<li> <a class="external text" href="https://x.example/c">C law</a> </li>'
+        '<li><a href="/wiki/D">D</a> and <a href="/wiki/E">E</a></li></ul>'
+        '<p>Text<br><a href="/wiki/F">F alone</a></p>'
+    )
+    [block] = blocks
+    assert block.text.split("\n\n") == [
+        "See A.",
+        "- [Rights of B]()\n- [C law]()\n- D and E",
+        "Text\n[F alone]()",
+    ]
+
+
 def test_captured_bodies_keep_every_section_heading_and_no_link_target() -> None:
     bodies = _bodies()
     blocks = blocks_from_html(bodies[2]["contentHtml"])
@@ -82,6 +97,7 @@ def test_captured_bodies_keep_every_section_heading_and_no_link_target() -> None
     ]
     assert blocks[2].text.startswith("1. ב-5 הימים הראשונים")
     assert "- נרשמים באתר שירות התעסוקה." in blocks[3].text
+    assert blocks[4].text.splitlines()[0] == "- [פיצויי פיטורים (זכות)]()"  # "see also": links alone
     for body in bodies.values():
         text = "\n".join(b.text for b in blocks_from_html(body["contentHtml"]))
         assert text

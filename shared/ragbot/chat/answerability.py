@@ -26,6 +26,10 @@ mean other things (e5's cosines run lower, BM25 and key terms match nothing, and
 gap even ranks the other way), so one line fitted on both language pairs served neither. The chat
 pipeline asks it in ``strict`` and ``quote`` mode (the Kol-Zchut routes use those): an abstention
 answers "I did not find this" and lists the closest pages as related, not as an answer.
+
+A turn the rule would answer still abstains when the question asks an amount or a duration and no
+source sentence close to the best states one (``ragbot.chat.answer_kind``, ``answer_kind_margin``):
+the pages name the benefit but not its sum.
 """
 
 from __future__ import annotations
@@ -203,15 +207,22 @@ class AbstentionRule:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Whether to answer, the score it came from and the evidence behind it."""
+    """Whether to answer, the score it came from, the evidence behind it, and what decided: the
+    ``rule``, or ``answer_kind`` (the question asks an amount or a duration no source sentence states)."""
 
     answer: bool
     score: float
     evidence: Evidence
+    reason: str = "rule"
 
     def debug(self) -> dict[str, Any]:
         """The decision as the sources event's debug shows it."""
-        return {"answer": self.answer, "score": round(self.score, 6), "evidence": self.evidence.as_dict()}
+        return {
+            "answer": self.answer,
+            "reason": self.reason,
+            "score": round(self.score, 6),
+            "evidence": self.evidence.as_dict(),
+        }
 
 
 def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule | None) -> AbstentionRule:
@@ -267,7 +278,10 @@ async def assess(
     rule = rule_for(
         ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
     )
-    return decide(ev, rule)
+    decision = decide(ev, rule)
+    if decision.answer and not await sentences.states_kind():
+        return Decision(answer=False, score=decision.score, evidence=ev, reason="answer_kind")
+    return decision
 
 
 def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:

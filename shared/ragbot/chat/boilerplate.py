@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 
+from ragbot.text.links import LIST_ITEM_MARK, MARKDOWN_LINK, link_line
+
 __all__ = [
     "LIST_ITEM_MARK",
     "MARKDOWN_LINK",
@@ -53,14 +55,10 @@ _SEE_ALSO = re.compile(
     r"|for (?:more|further) (?:information|details),? see)\b",
     re.IGNORECASE,
 )
-# A markdown link or image (its text is group 1); the target may hold escaped or balanced parentheses.
-MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
 # A link's target as the content API writes it after the link's text: "text (url)".
 PAREN_TARGET = re.compile(
     r"\s*\((?:https?://|/|mailto:|tel:|www\.)[^()\s]*(?:\([^()\s]*\)[^()\s]*)*\)", re.IGNORECASE
 )
-# A list item's mark: a bullet or a number.
-LIST_ITEM_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _SENTENCE_MARK = re.compile(r"[.!?]")
 # The most words a link's text has; a longer "text (url)" is a sentence that ends in a link.
 LINK_TEXT_MAX_WORDS = 12
@@ -81,10 +79,13 @@ BOILERPLATE_SHARE = 0.5
 
 def link_only(line: str) -> bool:
     """Whether a line is one link to another page and nothing else (an item of a list of links):
-    a markdown link, or a short text with no sentence mark followed by its content-API target."""
-    text = LIST_ITEM_MARK.sub("", line.strip())
-    if MARKDOWN_LINK.fullmatch(text):
+    a markdown link, alone or with a short attribution (``ragbot.text.links.link_line``; indexing
+    writes it ``[text]()`` when it drops the target), or a short text with no sentence mark followed
+    by its content-API target."""
+    link = MARKDOWN_LINK.search(line)
+    if link is not None and link_line(line[: link.start()], line[link.end() :]):
         return True
+    text = LIST_ITEM_MARK.sub("", line.strip())
     target = PAREN_TARGET.search(text)
     if target is None or target.end() != len(text):
         return False
@@ -92,16 +93,18 @@ def link_only(line: str) -> bool:
     return not _SENTENCE_MARK.search(title) and 0 < len(title.split()) <= LINK_TEXT_MAX_WORDS
 
 
-def furniture_line(line: str) -> bool:
-    """Whether one line (or sentence) is a notice, a stamp, a "see also" pointer or a bare link."""
+def furniture_line(line: str, *, links: bool = True) -> bool:
+    """Whether one line (or sentence) is a notice, a stamp, a "see also" pointer or (with ``links``)
+    a bare link."""
     text = line.strip()
     return bool(text) and bool(
-        _STAMP.match(text) or _SEE_ALSO.match(text) or _NOTICE.search(text) or link_only(text)
+        _STAMP.match(text) or _SEE_ALSO.match(text) or _NOTICE.search(text) or (links and link_only(text))
     )
 
 
-def furniture_mask(lines: list[str]) -> list[bool]:
-    """Per line, whether it is furniture: ``furniture_line``, or a link under a "see also" heading."""
+def furniture_mask(lines: list[str], *, links: bool = True) -> list[bool]:
+    """Per line, whether it is furniture: ``furniture_line`` (bare links only with ``links``), or a
+    line under a "see also" heading."""
     out: list[bool] = []
     under_see_also = False
     for line in lines:
@@ -111,7 +114,7 @@ def furniture_mask(lines: list[str]) -> list[bool]:
             continue
         if _SEE_ALSO_HEADING.match(line):
             under_see_also = True
-        out.append(under_see_also or furniture_line(line))
+        out.append(under_see_also or furniture_line(line, links=links))
     return out
 
 
@@ -125,13 +128,15 @@ def strip_furniture(text: str) -> str:
 
 def is_boilerplate(text: str) -> bool:
     """Whether a paragraph is furniture: it holds a stamp line, or most of its words are in furniture
-    lines (``BOILERPLATE_SHARE``)."""
+    lines (``BOILERPLATE_SHARE``). A bare link does not count here: a page's list of laws, bodies or
+    related rights stays a source (its titles name the pages near the question, which an abstention
+    lists as related), though none of its items is ever quoted."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return False
     if any(_STAMP.match(line) for line in lines):
         return True
     words = sum(len(line.split()) for line in lines)
-    mask = furniture_mask(lines)
+    mask = furniture_mask(lines, links=False)
     furniture = sum(len(line.split()) for line, flagged in zip(lines, mask, strict=True) if flagged)
     return furniture >= BOILERPLATE_SHARE * words

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragbot.chat.answer_kind import Kind, asked, states
 from ragbot.chat.boilerplate import LIST_ITEM_MARK, MARKDOWN_LINK, PAREN_TARGET, strip_furniture
 from ragbot.chat.retriever import Retriever
 from ragbot.errors import DependencyUnavailable, ValidationFailed
@@ -43,6 +44,7 @@ __all__ = [
     "repeats",
     "score",
     "split_sentences",
+    "stating",
 ]
 
 _HEADING = re.compile(r"^\s*#{1,6}\s")
@@ -69,6 +71,7 @@ class QuoteOptions:
     lexical_min_score: float = 0.5
     lexical_weight: float = 0.0
     cross_language_bonus: float = 0.0
+    kind_margin: float = -1.0
 
     @classmethod
     def from_settings(cls, s: ChatSettings) -> QuoteOptions:
@@ -81,6 +84,7 @@ class QuoteOptions:
             lexical_min_score=s.quote_lexical_min_score,
             lexical_weight=s.quote_lexical_weight,
             cross_language_bonus=s.quote_cross_language_bonus,
+            kind_margin=s.answer_kind_margin if s.abstention_enabled else -1.0,
         )
 
 
@@ -194,17 +198,21 @@ def repeats(a: str, b: str) -> bool:
     return support_share(sentence_words(shorter), paragraph_tokens(longer)) >= REPEAT_SHARE
 
 
-def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
+def choose_sentences(scored: Scored, options: QuoteOptions, kind: Kind | None = None) -> list[Sentence]:
     """The best sentences (at most ``max_sentences``, at least the floor, within ``margin`` of the
-    best), in rank order of their sources and document order inside each; empty when none passes."""
+    best), in rank order of their sources and document order inside each; empty when none passes.
+    For a question that asks ``kind`` of fact, only sentences that state one (``stating``)."""
     if not scored.scores:
         return []
     floor = options.lexical_min_score if scored.scorer == "overlap" else options.min_score
-    best = max(scored.scores)
+    candidates = stating(scored, options, kind)
+    if not candidates:
+        return []
+    best = max(scored.scores[i] for i in candidates)
     if best < floor:
         return []
     cut = max(floor, best - options.margin)
-    ranked = sorted(range(len(scored.sentences)), key=lambda i: -scored.scores[i])
+    ranked = sorted(candidates, key=lambda i: -scored.scores[i])
     kept: list[Sentence] = []
     for i in ranked:
         if len(kept) == options.max_sentences or scored.scores[i] < cut:
@@ -213,6 +221,21 @@ def choose_sentences(scored: Scored, options: QuoteOptions) -> list[Sentence]:
             kept.append(scored.sentences[i])
     order = {n: i for i, n in enumerate(dict.fromkeys(s.number for s in scored.sentences))}
     return sorted(kept, key=lambda s: (order[s.number], s.position))
+
+
+def stating(scored: Scored, options: QuoteOptions, kind: Kind | None) -> list[int]:
+    """The sentences that may answer: all of them, or for a question asking ``kind`` (with the check
+    on: ``kind_margin`` >= 0) those that state such a fact and score within ``kind_margin`` of the
+    best sentence (``ragbot.chat.answer_kind``)."""
+    every = list(range(len(scored.sentences)))
+    if kind is None or options.kind_margin < 0 or not scored.scores:
+        return every
+    best = max(scored.scores)
+    return [
+        i
+        for i in every
+        if scored.scores[i] >= best - options.kind_margin and states(kind, scored.sentences[i].text)
+    ]
 
 
 def compose(chosen: Sequence[Sentence]) -> list[str]:
@@ -253,16 +276,30 @@ class TurnSentences:
         scored = await self.scored()
         return max(scored.scores) if scored.scores and scored.scorer != "overlap" else None
 
+    @property
+    def kind(self) -> Kind | None:
+        """The kind of fact the question asks for (``ragbot.chat.answer_kind``), if one."""
+        return asked(self.question)
+
+    async def states_kind(self) -> bool:
+        """False when the question asks an amount or a duration and no sentence close enough to the
+        best states one (``stating``); True otherwise, and when the check is off."""
+        scored = await self.scored()
+        if self.kind is None or self.options.kind_margin < 0 or not scored.scores:
+            return True
+        return bool(stating(scored, self.options, self.kind))
+
     async def quote(self) -> tuple[list[Sentence], dict[str, Any]]:
         """The sentences to quote, and how they scored (the debug view)."""
         scored = await self.scored()
-        chosen = choose_sentences(scored, self.options)
+        chosen = choose_sentences(scored, self.options, self.kind)
         position = {id(s): i for i, s in enumerate(scored.sentences)}
         return chosen, {
             "scorer": scored.scorer,
             "error": scored.error,
             "sentences": len(scored.sentences),
             "best": round(max(scored.scores), 6) if scored.scores else None,
+            "kind": self.kind,
             "chosen": [
                 {"n": s.number, "position": s.position, "score": round(scored.scores[position[id(s)]], 6)}
                 for s in chosen

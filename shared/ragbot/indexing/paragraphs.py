@@ -37,6 +37,7 @@ from typing import Literal
 from ragbot.errors import ConfigurationError
 from ragbot.indexing.budget import TokenBudget, TokenCounter
 from ragbot.schemas.pages import Page
+from ragbot.text.links import link_line
 
 Strategy = Literal["structure", "window"]
 LinkTargets = Literal["keep", "drop"]
@@ -100,13 +101,30 @@ def split_page(
     ]
 
 
+def drop_targets(text: str) -> str:
+    """Every markdown ``[text](target)`` reduced to ``text``, except a link that is its line's whole
+    content (an item of a list of links, ``ragbot.text.links.link_line``): it keeps its brackets with
+    an empty target, ``[text]()``, so the chat still knows the line is a link to another page and never
+    quotes it as an answer (``ragbot.chat.boilerplate.link_only``); the brackets add no words to BM25
+    or the embedding."""
+
+    def one(match: re.Match[str]) -> str:
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        rest = text[match.end() : len(text) if end < 0 else end]
+        alone = link_line(text[start : match.start()], rest)
+        if alone and not match.group(0).startswith("!") and match.group(1).strip():
+            return f"[{match.group(1)}]()"
+        return match.group(1)
+
+    return _LINK_WITH_TARGET.sub(one, text)
+
+
 def drop_link_targets(page: Page) -> Page:
-    """The page with every markdown ``[text](target)`` reduced to ``text`` (content and blocks)."""
-    update: dict[str, object] = {"content": _LINK_WITH_TARGET.sub(r"\1", page.content)}
+    """The page with its link targets dropped (``drop_targets``), in its content and blocks."""
+    update: dict[str, object] = {"content": drop_targets(page.content)}
     if page.blocks is not None:
-        update["blocks"] = [
-            b.model_copy(update={"text": _LINK_WITH_TARGET.sub(r"\1", b.text)}) for b in page.blocks
-        ]
+        update["blocks"] = [b.model_copy(update={"text": drop_targets(b.text)}) for b in page.blocks]
     return page.model_copy(update=update)
 
 

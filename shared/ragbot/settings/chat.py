@@ -223,6 +223,10 @@ class ChatSettings(LLMSettings):
     # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with
     # other branches the rule does not decide (empty: decide with any).
     abstention_branches: list[str] = Field(default_factory=lambda: list(ABSTENTION_BRANCHES))
+    # A question that asks an amount or a duration (ragbot.chat.answer_kind) is answered only by a
+    # source sentence that states one, scoring at most this far below the best sentence; none: the
+    # turn abstains, in every mode that abstains. A negative value, or abstention off, turns it off.
+    answer_kind_margin: float = Field(default=0.1, ge=-1.0, le=2.0)
     # Paragraphs that are the site's furniture (ragbot.chat.boilerplate) never become sources.
     boilerplate_filter: bool = True
     # Strict mode sends only the LLM's sentences one source holds at least this share of the words of

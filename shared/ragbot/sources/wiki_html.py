@@ -8,7 +8,10 @@ Dropped: edit-section links, reference markers (``[1]``) and back-links, the tab
 navigation boxes, category links, hidden elements, scripts, styles and comments. Every link is reduced
 to its text: internal links, red links (``action=edit&redlink=1``) and external links alike keep the
 words the reader sees and lose their target, which is what the tag-stripped ``content`` got wrong
-(``text (url)``). Autonumbered external links (``[1]`` for a bare ``[http://…]``) are dropped whole.
+(``text (url)``); a line that is one link and nothing else but an attribution (an item of a list of
+links, ``ragbot.text.links``) is written ``[text]()``, so the chat knows it for navigation and never
+quotes it (``ragbot.chat.boilerplate``).
+Autonumbered external links (``[1]`` for a bare ``[http://…]``) are dropped whole.
 
 Parsed with lxml's HTML parser (libxml2): it repairs broken markup, never fetches anything, and caps
 nesting depth; the tree is walked iteratively, so no page can exhaust the stack.
@@ -23,6 +26,7 @@ from lxml import etree, html
 
 from ragbot.schemas.pages import Block
 from ragbot.sources.files.document import Outline
+from ragbot.text.links import link_line
 
 _PROLOG = re.compile(r"^\s*<\?xml[^>]*\?>", re.IGNORECASE)
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
@@ -163,6 +167,8 @@ class _Walker:
     _prefix: str = ""
     _lists: list[list[int]] = field(default_factory=list)  # one [kind, counter] per open list
     _pre: int = 0
+    _link_open: int | None = None  # where in ``_line`` the open ``<a>`` began
+    _links: list[tuple[int, int]] = field(default_factory=list)  # the line's links, as ``_line`` spans
 
     def walk(self, root: etree._Element) -> None:
         walker = etree.iterwalk(root, events=("start", "end"))
@@ -193,7 +199,9 @@ class _Walker:
             self._end_paragraph()
             self._table(el)
             return True
-        if tag == "br":
+        if tag == "a":
+            self._link_open = len(self._line)
+        elif tag == "br":
             self._end_line()
         elif tag in _LIST_TAGS:
             if not self._lists:
@@ -215,7 +223,11 @@ class _Walker:
 
     def _end(self, el: etree._Element) -> None:
         tag = str(el.tag).lower()
-        if tag in _LIST_TAGS:
+        if tag == "a":
+            if self._link_open is not None:
+                self._links.append((self._link_open, len(self._line)))
+            self._link_open = None
+        elif tag in _LIST_TAGS:
             self._end_line()
             if self._lists:
                 self._lists.pop()
@@ -248,7 +260,10 @@ class _Walker:
 
     def _end_line(self) -> None:
         raw = "".join(self._line)
-        self._line = []
+        link = self._link_alone()
+        self._line, self._links, self._link_open = [], [], None
+        if link is not None:
+            raw = f"[{link[0]}](){link[1]}"
         if self._pre:
             lines = [line.rstrip() for line in raw.strip("\n").split("\n")]
             self._lines.extend(line for line in lines if line.strip())
@@ -257,6 +272,18 @@ class _Walker:
         if text:
             self._lines.append(f"{self._prefix}{text}")
             self._prefix = ""
+
+    def _link_alone(self) -> tuple[str, str] | None:
+        """The text of the line's one link and what follows it, when the link is the line's whole
+        content (an item of a list of links: ``ragbot.text.links.link_line``)."""
+        if len(self._links) != 1:
+            return None
+        start, end = self._links[0]
+        text = " ".join("".join(self._line[start:end]).split())
+        tail = " ".join("".join(self._line[end:]).split())
+        if not text or not link_line("".join(self._line[:start]), tail):
+            return None
+        return text, (f" {tail}" if tail and tail[0] in "-–—(" else tail)
 
     def _end_paragraph(self) -> None:
         self._end_line()

@@ -1,0 +1,39 @@
+"""Lines of a wiki page that are a link elsewhere and nothing more: the items of its lists of links.
+
+Kol-Zchut's pages end in lists of related rights, laws, forms and outside guides, one link per item,
+sometimes with a short attribution after it: ``[Health insurance for foreign workers](url)``,
+``[The National Insurance Law](url) - chapter 7``, ``[Working hours in construction](url), the
+Population Authority``, ``[Form 101](url) (PDF)``. Such a line names a topic; it says nothing about it.
+Indexing keeps the brackets of such a link when it drops link targets (``[text]()``), the wiki's HTML
+reader writes it the same way, and the chat never quotes it (``ragbot.chat.boilerplate.link_only``):
+all three read the line with ``link_line``.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ATTRIBUTION_MAX_WORDS", "LIST_ITEM_MARK", "MARKDOWN_LINK", "attribution", "link_line"]
+
+# A markdown link or image (its text is group 1); the target may hold escaped or balanced parentheses.
+MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
+# A list item's mark: a bullet or a number.
+LIST_ITEM_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+# What may follow a link on its line: nothing, or a short attribution that opens with a comma, a dash
+# or a parenthesis and holds no sentence mark and no second link.
+_ATTRIBUTION = re.compile(r"\s*(?:[,–—-]|\()[^.!?;\[\]\n]*\.?\s*")
+ATTRIBUTION_MAX_WORDS = 6
+
+
+def attribution(tail: str) -> bool:
+    """Whether the text after a link is nothing, or a short attribution (", the Population Authority",
+    " - chapter 7'", " (PDF)")."""
+    if not tail.strip():
+        return True
+    return _ATTRIBUTION.fullmatch(tail) is not None and len(tail.split()) <= ATTRIBUTION_MAX_WORDS + 1
+
+
+def link_line(lead: str, tail: str) -> bool:
+    """Whether a link with ``lead`` before it and ``tail`` after it on its line is the whole line: only
+    indentation or a list item's mark before it, and nothing or an attribution after it."""
+    return (not lead.strip() or LIST_ITEM_MARK.fullmatch(lead) is not None) and attribution(tail)
