@@ -23,7 +23,8 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   --translate`` before BM25 took the words too) and that retrieval with no rule
   (``_translated_norule``), the same with BM25 searching the translated words as well and its own fit
   (``_translated_bm25``, ``_translated_bm25_norule``), that retrieval with rules fitted on the tuning
-  half and every set already read (``_pooled``, ``--fit --fit-spent --translate``), and as before any rule
+  half and every set already read (``_pooled``, ``--fit --fit-spent --translate``), as shipped without
+  the answer-kind check (``_no_kind``, ``ragbot.chat.answer_kind``), and as before any rule
   and the boilerplate filter (``_before``); ``--questions FILE``: every question of a set held out whole
   (``samples/kolzchut/abstention_questions_fresh.json``) instead of the held-out half; write
   ``bench/results/answers.json``: ``answers_gold_cited`` (target >= 0.9), ``answers_offtopic_abstained``
@@ -77,6 +78,7 @@ SPENT_SETS = (
     "samples/kolzchut/abstention_questions_fresh6.json",
     "samples/kolzchut/abstention_questions_fresh7.json",
     "samples/kolzchut/abstention_questions_fresh8.json",
+    "samples/kolzchut/abstention_questions_fresh9.json",
 )
 
 
@@ -371,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
         "_translated_bm25": (per_pair_translated_bm25, translated_bm25),
         "_translated_bm25_norule": ({"abstention_enabled": False}, translated_bm25),
         "_pooled": (per_pair_pooled, translated_bm25),
+        # shipped, without the answer-kind check (an amount or a duration asked, none stated)
+        "_no_kind": ({"answer_kind_margin": -1.0}, translated_bm25),
         # the default before 2026-12-05: one rule for both language pairs, every branch, no translation
         "_single_rule": (
             {"abstention_rule": ABSTENTION_RULE_SINGLE, "abstention_rule_cross_language": None},

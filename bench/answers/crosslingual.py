@@ -34,6 +34,7 @@ SETS: Mapping[str, str] = {
     "fresh6": "abstention_questions_fresh6.json",
     "fresh7": "abstention_questions_fresh7.json",
     "fresh8": "abstention_questions_fresh8.json",
+    "fresh9": "abstention_questions_fresh9.json",
 }
 
 
