@@ -26,7 +26,9 @@ __all__ = ["Kind", "asked", "states"]
 
 Kind = Literal["amount", "duration"]
 
-_UNITS_HE = r"(?:זמן|ימים|ימי|יום|שבועות|שבוע|חודשים|חודשי|חודש|שנים|שנות|שנה|שעות|שעה)"
+# Hebrew time units (longest first, so "ימים" is not read as "ימי").
+_UNITS = "ימים|ימי|יום|שבועות|שבוע|חודשים|חודשי|חודש|שנים|שנות|שנה|שעות|שעה"
+_UNITS_HE = rf"(?:זמן|{_UNITS})"
 _DURATION_Q = re.compile(
     rf"(?:^|[\s,(])(?:ו?[לבמ]?|תוך |במשך |עד )כמה\s+{_UNITS_HE}(?![\u0590-\u05ff])|עד מתי"
     r"|\bhow long\b|\b(?:for|within|in|after) how many (?:days|weeks|months|years|tax years|hours)\b"
@@ -47,9 +49,8 @@ _NUMBER = (
 )
 # A sentence ends at . ! ? before a space (not inside a number such as 2.25).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_UNITS_S = r"(?:ימים|ימי|יום|שבועות|שבוע|חודשים|חודשי|חודש|שנים|שנות|שנה|שעות|שעה)"
 _DURATION_S = re.compile(
-    rf"(?<![\w\u0590-\u05ff]){_NUMBER}[\s-]*(?:ה)?{_UNITS_S}|שנתיים|חודשיים|שבועיים|יומיים"
+    rf"(?<![\w\u0590-\u05ff]){_NUMBER}[\s-]*(?:ה)?(?:{_UNITS})|שנתיים|חודשיים|שבועיים|יומיים"
     rf"|\b{_NUMBER}[\s-]*(?:days?|weeks?|months?|years?|hours?)\b",
     re.IGNORECASE,
 )

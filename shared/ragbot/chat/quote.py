@@ -285,9 +285,7 @@ class TurnSentences:
         """False when the question asks an amount or a duration and no sentence close enough to the
         best states one (``stating``); True otherwise, and when the check is off."""
         scored = await self.scored()
-        if self.kind is None or self.options.kind_margin < 0 or not scored.scores:
-            return True
-        return bool(stating(scored, self.options, self.kind))
+        return not scored.sentences or bool(stating(scored, self.options, self.kind))
 
     async def quote(self) -> tuple[list[Sentence], dict[str, Any]]:
         """The sentences to quote, and how they scored (the debug view)."""
