@@ -131,6 +131,38 @@ def test_a_link_item_stays_a_link_after_indexing_drops_its_target_and_is_never_q
     ]
 
 
+def test_a_link_after_a_pointer_lead_in_is_a_pointer_but_a_sentence_after_it_is_content() -> None:
+    # The crawl flattens the "what now? / for more details / notes" table: the "for more details" cell
+    # runs into its link with no space, and sometimes into a sentence of the next cell.
+    lines = [
+        "לפרטים נוספים[הגשת תביעה לגמלת ילד נכה](/he/x)",
+        "לפרטים נוספים: [ערר על החלטת ועדה רפואית לילד נכה](/he/y)",
+        "For more information see [Unemployment benefits](/en/z)",
+        "לפרטים נוספיםבתוך 45 ימים מהיום שהתקבלה התביעה תישלח לכם ההחלטה.",
+        "הגמלה תועבר ב-28 בכל חודש ל[חשבון הבנק](/he/b) של ההורה.",
+    ]
+    page = Page.from_wiki_content({"page_id": 1, "title": "גמלת ילד נכה", "content": "\n".join(lines)})
+    [paragraph] = split_page(page, token_counters=[lambda t: len(t.split())], max_tokens=512)
+    assert [link_only(line) for line in paragraph.text.splitlines()] == [True, True, True, False, False]
+    quoted = [s.text for s in sentences_of([PromptDocument(1, "", paragraph.text)])]
+    assert quoted == [
+        "לפרטים נוספיםבתוך 45 ימים מהיום שהתקבלה התביעה תישלח לכם ההחלטה.",
+        "הגמלה תועבר ב-28 בכל חודש לחשבון הבנק של ההורה.",
+    ]
+
+
+def test_the_crawled_pages_pointer_cells_are_never_quoted() -> None:
+    [page] = [
+        Page.from_wiki_content(row)
+        for row in map(json.loads, (SAMPLES / "rights_pages.jsonl").read_text(encoding="utf-8").splitlines())
+        if row["page_id"] == 100001
+    ]
+    paragraphs = split_page(page, token_counters=[lambda t: len(t.split())], max_tokens=512)
+    quoted = [s.text for p in paragraphs for s in sentences_of([PromptDocument(1, page.title, p.text)])]
+    assert not [q for q in quoted if q.startswith("לפרטים נוספים") and "[" not in q and len(q.split()) < 12]
+    assert any(q.startswith("לפרטים נוספיםבתוך 45 ימים") for q in quoted)
+
+
 def test_a_boilerplate_paragraph_takes_no_place_among_the_sources() -> None:
     footer = document(1, 0, "האתר פונה לנשים וגברים כאחד.\n" + DISCLAIMER + ".")
     body = document(2, 0, "עיוורים פטורים ממס הכנסה על הכנסה מיגיעה אישית עד תקרה.")

@@ -23,6 +23,15 @@ LIST_ITEM_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 # or a parenthesis and holds no sentence mark and no second link.
 _ATTRIBUTION = re.compile(r"\s*(?:[,–—-]|\()[^.!?;\[\]\n]*\.?\s*")
 ATTRIBUTION_MAX_WORDS = 6
+# What may stand before a link on its line: a list item's mark, or a pointer's lead-in ("for more
+# details", "see"; the crawl's flattened "what now? / for more details" table runs the cell's label into
+# its link with no space: "לפרטים נוספים[Filing a claim](url)").
+_LEAD = re.compile(
+    r"\s*(?:(?:[-*+•]|\d{1,3}[.)])\s+)?"
+    r"(?:(?:לפרטים נוספים|למידע נוסף|for (?:more|further) (?:information|details))\s*[,:]?\s*)?"
+    r"(?:(?:ראו|ראה|ראי|see)\s*:?\s*)?",
+    re.IGNORECASE,
+)
 
 
 def attribution(tail: str) -> bool:
@@ -35,5 +44,6 @@ def attribution(tail: str) -> bool:
 
 def link_line(lead: str, tail: str) -> bool:
     """Whether a link with ``lead`` before it and ``tail`` after it on its line is the whole line: only
-    indentation or a list item's mark before it, and nothing or an attribution after it."""
-    return (not lead.strip() or LIST_ITEM_MARK.fullmatch(lead) is not None) and attribution(tail)
+    indentation, a list item's mark or a pointer's lead-in ("for more details", "see") before it, and
+    nothing or an attribution after it."""
+    return _LEAD.fullmatch(lead) is not None and attribution(tail)
