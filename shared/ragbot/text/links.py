@@ -3,7 +3,8 @@
 Kol-Zchut's pages end in lists of related rights, laws, forms and outside guides, one link per item,
 sometimes with a short attribution after it: ``[Health insurance for foreign workers](url)``,
 ``[The National Insurance Law](url) - chapter 7``, ``[Working hours in construction](url), the
-Population Authority``, ``[Form 101](url) (PDF)``. Such a line names a topic; it says nothing about it.
+Population Authority``, ``[Form 101](url) (PDF)``; or a pointer's lead-in before it, ``for more details:
+[Filing a claim](url)``. Such a line names a topic; it says nothing about it.
 Indexing keeps the brackets of such a link when it drops link targets (``[text]()``), the wiki's HTML
 reader writes it the same way, and the chat never quotes it (``ragbot.chat.boilerplate.link_only``):
 all three read the line with ``link_line``.
