@@ -108,7 +108,17 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
                         f"bench/results/answers_{name}.json",
                     ),
                 )
-                for name in ("fresh", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "fresh9")
+                for name in (
+                    "fresh",
+                    "fresh3",
+                    "fresh4",
+                    "fresh5",
+                    "fresh6",
+                    "fresh7",
+                    "fresh8",
+                    "fresh9",
+                    "fresh10",
+                )
             ),
             # English questions' gold page rank over the Hebrew pages, untranslated and translated
             Bench("crosslingual", "bench.answers.crosslingual"),

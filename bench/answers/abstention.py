@@ -79,6 +79,7 @@ SPENT_SETS = (
     "samples/kolzchut/abstention_questions_fresh7.json",
     "samples/kolzchut/abstention_questions_fresh8.json",
     "samples/kolzchut/abstention_questions_fresh9.json",
+    "samples/kolzchut/abstention_questions_fresh10.json",
 )
 
 

@@ -35,6 +35,7 @@ SETS: Mapping[str, str] = {
     "fresh7": "abstention_questions_fresh7.json",
     "fresh8": "abstention_questions_fresh8.json",
     "fresh9": "abstention_questions_fresh9.json",
+    "fresh10": "abstention_questions_fresh10.json",
 }
 
 

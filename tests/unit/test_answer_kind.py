@@ -83,17 +83,3 @@ def test_quote_quotes_only_sentences_that_state_the_asked_kind_close_to_the_best
     assert [s.position for s in choose_sentences(scored, options)] == [0]
     off = QuoteOptions(min_score=0.8, margin=0.04, kind_margin=-1.0)
     assert [s.position for s in choose_sentences(scored, off, "duration")] == [0]
-
-
-def test_the_stated_fact_must_come_from_the_best_sentences_page() -> None:
-    options = QuoteOptions(min_score=0.8, margin=0.04, kind_margin=0.1)
-    best = Sentence(
-        1, 0, "Send the blind person's certificate form to the Ministry of Health.", "Blind certificate"
-    )
-    sibling = Sentence(2, 0, "A claim is decided within 45 days of filing it.", "Child disability allowance")
-    scored = Scored([best, sibling], [0.95, 0.93], "m")
-    assert stating(scored, options, "duration") == []
-    assert choose_sentences(scored, options, "duration") == []
-    same_page = Sentence(1, 1, "The eye exam is set within 30 days.", "Blind certificate")
-    scored = Scored([best, sibling, same_page], [0.95, 0.93, 0.9], "m")
-    assert [s.text for s in choose_sentences(scored, options, "duration")] == [same_page.text]

@@ -68,9 +68,9 @@ def test_sentences_of_documents_keep_their_number_and_position_and_skip_repeats(
         PromptDocument(1, "a", "Five six seven eight. Nine ten eleven twelve."),
     ]
     assert sentences_of(docs) == [
-        Sentence(2, 0, "One two three four.", "b"),
-        Sentence(2, 1, "Five six seven eight.", "b"),
-        Sentence(1, 1, "Nine ten eleven twelve.", "a"),
+        Sentence(2, 0, "One two three four."),
+        Sentence(2, 1, "Five six seven eight."),
+        Sentence(1, 1, "Nine ten eleven twelve."),
     ]
 
 

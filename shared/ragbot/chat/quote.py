@@ -95,8 +95,6 @@ class Sentence:
     number: int
     position: int
     text: str
-    # The source's page (its title): a stated fact must come from the best sentence's page (``stating``).
-    page: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +153,7 @@ def sentences_of(documents: Sequence[PromptDocument]) -> list[Sentence]:
             if key in seen:
                 continue
             seen.add(key)
-            out.append(Sentence(doc.number, position, text, doc.title))
+            out.append(Sentence(doc.number, position, text))
             if len(out) == MAX_SIMILARITY_TEXTS:
                 return out
     return out
@@ -227,21 +225,16 @@ def choose_sentences(scored: Scored, options: QuoteOptions, kind: Kind | None = 
 
 def stating(scored: Scored, options: QuoteOptions, kind: Kind | None) -> list[int]:
     """The sentences that may answer: all of them, or for a question asking ``kind`` (with the check
-    on: ``kind_margin`` >= 0) those of the best sentence's page that state such a fact and score within
-    ``kind_margin`` of the best sentence (``ragbot.chat.answer_kind``). Another page's sum or period
-    answers another question: "how long until the eye exam for a blind person's certificate" is not
-    answered by the child disability page's "within 45 days"."""
+    on: ``kind_margin`` >= 0) those that state such a fact and score within ``kind_margin`` of the
+    best sentence (``ragbot.chat.answer_kind``)."""
     every = list(range(len(scored.sentences)))
     if kind is None or options.kind_margin < 0 or not scored.scores:
         return every
-    top = max(every, key=lambda i: scored.scores[i])
-    best, page = scored.scores[top], scored.sentences[top].page
+    best = max(scored.scores)
     return [
         i
         for i in every
-        if scored.scores[i] >= best - options.kind_margin
-        and scored.sentences[i].page == page
-        and states(kind, scored.sentences[i].text)
+        if scored.scores[i] >= best - options.kind_margin and states(kind, scored.sentences[i].text)
     ]
 
 
