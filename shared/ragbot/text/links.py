@@ -19,7 +19,8 @@ __all__ = ["ATTRIBUTION_MAX_WORDS", "LIST_ITEM_MARK", "MARKDOWN_LINK", "attribut
 # A markdown link or image (its text is group 1); the target may hold escaped or balanced parentheses.
 MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
 # A list item's mark: a bullet or a number.
-LIST_ITEM_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+_ITEM = r"(?:[-*+•]|\d{1,3}[.)])\s+"
+LIST_ITEM_MARK = re.compile(rf"^\s*{_ITEM}")
 # What may follow a link on its line: nothing, or a short attribution that opens with a comma, a dash
 # or a parenthesis and holds no sentence mark and no second link.
 _ATTRIBUTION = re.compile(r"\s*(?:[,–—-]|\()[^.!?;\[\]\n]*\.?\s*")
@@ -28,7 +29,7 @@ ATTRIBUTION_MAX_WORDS = 6
 # details", "see"; the crawl's flattened "what now? / for more details" table runs the cell's label into
 # its link with no space: "לפרטים נוספים[Filing a claim](url)").
 _LEAD = re.compile(
-    r"\s*(?:(?:[-*+•]|\d{1,3}[.)])\s+)?"
+    rf"\s*(?:{_ITEM})?"
     r"(?:(?:לפרטים נוספים|למידע נוסף|for (?:more|further) (?:information|details))\s*[,:]?\s*)?"
     r"(?:(?:ראו|ראה|ראי|see)\s*:?\s*)?",
     re.IGNORECASE,
