@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.answers.sets import WHOLE_SETS, set_file
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -103,22 +105,12 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
                     "bench.answers.abstention",
                     (
                         "--questions",
-                        f"samples/kolzchut/abstention_questions_{name}.json",
+                        set_file(name),
                         "--out",
                         f"bench/results/answers_{name}.json",
                     ),
                 )
-                for name in (
-                    "fresh",
-                    "fresh3",
-                    "fresh4",
-                    "fresh5",
-                    "fresh6",
-                    "fresh7",
-                    "fresh8",
-                    "fresh9",
-                    "fresh10",
-                )
+                for name in WHOLE_SETS
             ),
             # English questions' gold page rank over the Hebrew pages, untranslated and translated
             Bench("crosslingual", "bench.answers.crosslingual"),

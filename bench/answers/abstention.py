@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.answers.sets import WHOLE_SETS, set_file
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "answers.json"
 FEATURES = ("dense_top", "dense_gap", "bm25_gap", "agree", "coverage", "sentence_top")
@@ -70,17 +72,7 @@ FOLDS, REPEATS = 5, 4
 GOAL = 0.9
 PAIRS = ("same_language", "cross_language")
 # The question sets held out whole that have been read (docs/benchmarks.md): --fit-spent trains on them.
-SPENT_SETS = (
-    "samples/kolzchut/abstention_questions_fresh.json",
-    "samples/kolzchut/abstention_questions_fresh3.json",
-    "samples/kolzchut/abstention_questions_fresh4.json",
-    "samples/kolzchut/abstention_questions_fresh5.json",
-    "samples/kolzchut/abstention_questions_fresh6.json",
-    "samples/kolzchut/abstention_questions_fresh7.json",
-    "samples/kolzchut/abstention_questions_fresh8.json",
-    "samples/kolzchut/abstention_questions_fresh9.json",
-    "samples/kolzchut/abstention_questions_fresh10.json",
-)
+SPENT_SETS = tuple(set_file(name) for name in WHOLE_SETS)
 
 
 def _logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 1500) -> tuple[np.ndarray, float]:

@@ -23,19 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.answers.sets import WHOLE_SETS, set_file
+
 ROOT = Path(__file__).resolve().parents[2]
 SETS: Mapping[str, str] = {
     "tune": "abstention_questions.json:tune",
     "held_out": "abstention_questions.json:held_out",
-    "fresh": "abstention_questions_fresh.json",
-    "fresh3": "abstention_questions_fresh3.json",
-    "fresh4": "abstention_questions_fresh4.json",
-    "fresh5": "abstention_questions_fresh5.json",
-    "fresh6": "abstention_questions_fresh6.json",
-    "fresh7": "abstention_questions_fresh7.json",
-    "fresh8": "abstention_questions_fresh8.json",
-    "fresh9": "abstention_questions_fresh9.json",
-    "fresh10": "abstention_questions_fresh10.json",
+    **{name: Path(set_file(name)).name for name in WHOLE_SETS},
 }
 
 
