@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from ragbot.text.links import LIST_ITEM_MARK, MARKDOWN_LINK, link_line
+from ragbot.text.links import LIST_ITEM_MARK, MARKDOWN_LINK, POINTER_MORE, POINTER_SEE, link_line
 
 __all__ = [
     "LIST_ITEM_MARK",
@@ -51,8 +51,7 @@ _NOTICE = re.compile(
 # A pointer elsewhere: "see also", "related pages", "for more information see" at the start of a line.
 _SEE_ALSO = re.compile(
     r"^\s*(?:[-*+•]\s*)?(?:ראו גם|ראה גם|ראי גם|קישורים חיצוניים|see also|related (?:topics|pages|articles)"
-    r"|external links|ל?מידע נוסף,? (?:ראו|ראה|ראי|ב)|לפרטים נוספים,? (?:ראו|ראה|ראי)"
-    r"|for (?:more|further) (?:information|details),? see)\b",
+    rf"|external links|ל?מידע נוסף,? ב|{POINTER_MORE},? {POINTER_SEE})\b",
     re.IGNORECASE,
 )
 # A link's target as the content API writes it after the link's text: "text (url)".

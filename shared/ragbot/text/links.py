@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ATTRIBUTION_MAX_WORDS", "LIST_ITEM_MARK", "MARKDOWN_LINK", "attribution", "link_line"]
+__all__ = [
+    "ATTRIBUTION_MAX_WORDS",
+    "LIST_ITEM_MARK",
+    "MARKDOWN_LINK",
+    "POINTER_MORE",
+    "POINTER_SEE",
+    "attribution",
+    "link_line",
+]
 
 # A markdown link or image (its text is group 1); the target may hold escaped or balanced parentheses.
 MARKDOWN_LINK = re.compile(r"!?\[([^\]]*)\]\((?:\\.|[^()\\\n]|\([^()\n]*\))*\)")
@@ -25,15 +33,14 @@ LIST_ITEM_MARK = re.compile(rf"^\s*{_ITEM}")
 # or a parenthesis and holds no sentence mark and no second link.
 _ATTRIBUTION = re.compile(r"\s*(?:[,–—-]|\()[^.!?;\[\]\n]*\.?\s*")
 ATTRIBUTION_MAX_WORDS = 6
-# What may stand before a link on its line: a list item's mark, or a pointer's lead-in ("for more
-# details", "see"; the crawl's flattened "what now? / for more details" table runs the cell's label into
-# its link with no space: "לפרטים נוספים[Filing a claim](url)").
-_LEAD = re.compile(
-    rf"\s*(?:{_ITEM})?"
-    r"(?:(?:לפרטים נוספים|למידע נוסף|for (?:more|further) (?:information|details))\s*[,:]?\s*)?"
-    r"(?:(?:ראו|ראה|ראי|see)\s*:?\s*)?",
-    re.IGNORECASE,
-)
+# The words of a pointer elsewhere: "for more details / information" and "see" (the chat's "see also"
+# lines, ragbot.chat.boilerplate, are built on them too).
+POINTER_MORE = r"(?:לפרטים נוספים|ל?מידע נוסף|for (?:more|further) (?:information|details))"
+POINTER_SEE = r"(?:ראו|ראה|ראי|see)"
+# What may stand before a link on its line: a list item's mark, or a pointer's lead-in (the crawl's
+# flattened "what now? / for more details" table runs the cell's label into its link with no space:
+# "לפרטים נוספים[Filing a claim](url)").
+_LEAD = re.compile(rf"\s*(?:{_ITEM})?(?:{POINTER_MORE}\s*[,:]?\s*)?(?:{POINTER_SEE}\s*:?\s*)?", re.IGNORECASE)
 
 
 def attribution(tail: str) -> bool:
