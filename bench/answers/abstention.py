@@ -24,7 +24,9 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   (``_translated_norule``), the same with BM25 searching the translated words as well and its own fit
   (``_translated_bm25``, ``_translated_bm25_norule``), that retrieval with rules fitted on the tuning
   half and every set already read (``_pooled``, ``--fit --fit-spent --translate``), as shipped without
-  the answer-kind check (``_no_kind``, ``ragbot.chat.answer_kind``), and as before any rule
+  the answer-kind check (``_no_kind``, ``ragbot.chat.answer_kind``), as shipped without the learned gate
+  on the rule (``_no_gate``, ``ragbot.chat.pair_gate``; every other behaviour runs without it too, as it
+  was measured), and as before any rule
   and the boilerplate filter (``_before``); ``--questions FILE``: every question of a set held out whole
   (``samples/kolzchut/abstention_questions_fresh.json``) instead of the held-out half; write
   ``bench/results/answers.json``: ``answers_gold_cited`` (target >= 0.9), ``answers_offtopic_abstained``
@@ -358,19 +360,23 @@ def main(argv: list[str] | None = None) -> None:
         "abstention_rule": ABSTENTION_RULE_SAME_LANGUAGE_POOLED,
         "abstention_rule_cross_language": ABSTENTION_RULE_CROSS_LANGUAGE_POOLED,
     }
+    # every earlier behaviour as it was measured: without the gate (ragbot.chat.pair_gate)
+    no_gate: dict[str, Any] = {"abstention_gate_enabled": False}
     compare: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-        "_perpair": (per_pair, weights),
+        # shipped, without the learned gate on the rule
+        "_no_gate": (no_gate, translated_bm25),
+        "_perpair": ({**per_pair, **no_gate}, weights),
         "_minilm_out_norule": ({"abstention_enabled": False}, weights),
-        "_translated": (per_pair_translated, translated),
+        "_translated": ({**per_pair_translated, **no_gate}, translated),
         "_translated_norule": ({"abstention_enabled": False}, translated),
-        "_translated_bm25": (per_pair_translated_bm25, translated_bm25),
+        "_translated_bm25": ({**per_pair_translated_bm25, **no_gate}, translated_bm25),
         "_translated_bm25_norule": ({"abstention_enabled": False}, translated_bm25),
-        "_pooled": (per_pair_pooled, translated_bm25),
-        # shipped, without the answer-kind check (an amount or a duration asked, none stated)
-        "_no_kind": ({"answer_kind_margin": -1.0}, translated_bm25),
+        "_pooled": ({**per_pair_pooled, **no_gate}, translated_bm25),
+        # shipped without the gate, and without the answer-kind check (an amount or a duration asked)
+        "_no_kind": ({"answer_kind_margin": -1.0, **no_gate}, translated_bm25),
         # the default before 2026-12-05: one rule for both language pairs, every branch, no translation
         "_single_rule": (
-            {"abstention_rule": ABSTENTION_RULE_SINGLE, "abstention_rule_cross_language": None},
+            {"abstention_rule": ABSTENTION_RULE_SINGLE, "abstention_rule_cross_language": None, **no_gate},
             untranslated,
         ),
         BEFORE: (dict(BEFORE_OVERRIDES), untranslated),

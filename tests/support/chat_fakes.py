@@ -28,6 +28,7 @@ from ragbot.ports import ChatMessage, TokenStream, Usage
 from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
 from ragbot.text import analyze
+from support.fakes import HashEmbedder
 
 # -- LLM ---------------------------------------------------------------------------------------------
 
@@ -160,6 +161,9 @@ def dense_debug(docs: Sequence[dict[str, Any]], cosines: Sequence[float]) -> dic
     }
 
 
+VECTOR_DIMENSION = 16  # the similarity vectors StaticRetriever sends when asked
+
+
 class StaticRetriever:
     """Answers the same documents to every query (filtered by page_id when asked)."""
 
@@ -171,6 +175,7 @@ class StaticRetriever:
         self.requests: list[RetrieveRequest] = []
         self.similarity_requests: list[SimilarityRequest] = []
         self.similarity_down = False  # an older retriever without /v1/similarity, or its model failing
+        self.similarity_model = "m"  # the model its similarity answers name
         self.state = "up"
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
@@ -195,7 +200,15 @@ class StaticRetriever:
             raise DependencyUnavailable("the fake retriever is down", dependency="retriever")
         wanted = set(analyze(request.query))
         scores = [len(wanted & set(analyze(t))) / max(len(wanted), 1) for t in request.texts]
-        return SimilarityResponse(model="m", scores=scores)
+        if not request.vectors:
+            return SimilarityResponse(model=self.similarity_model, scores=scores)
+        embedder = HashEmbedder(self.similarity_model, dimension=VECTOR_DIMENSION)
+        return SimilarityResponse(
+            model=self.similarity_model,
+            scores=scores,
+            query_vector=[float(v) for v in embedder.embed_queries([request.query])[0]],
+            vectors=[[float(v) for v in row] for row in embedder.embed_passages(list(request.texts))],
+        )
 
     async def page(self, page_id: int) -> PageDocuments:
         if self.state == "down":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from support.fakes import HashEmbedder, MemoryStore
@@ -68,6 +69,17 @@ def test_scores_each_text_in_order_with_the_multilingual_model_by_default(
     assert data["scores"][0] == pytest.approx(1.0, abs=1e-5) and data["scores"][1] < 0.5
     assert embedders["multilingual-e5-small"].passage_calls == [body["texts"]]
     assert embedders["mini"].calls == []
+
+
+def test_vectors_come_back_only_when_asked_and_are_what_the_scores_came_from(client: TestClient) -> None:
+    body = {"query": "credit points", "texts": ["credit points for teenagers", "penguins nest"]}
+    plain = client.post("/v1/similarity", json=body).json()
+    assert plain["query_vector"] is None and plain["vectors"] is None
+    data = client.post("/v1/similarity", json={**body, "vectors": True}).json()
+    q, p = np.array(data["query_vector"]), np.array(data["vectors"])
+    assert q.shape == (16,) and p.shape == (2, 16)
+    assert np.allclose(p @ q, data["scores"], atol=1e-5) and data["scores"] == plain["scores"]
+    assert np.allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-5)
 
 
 def test_a_named_model_answers_and_an_unknown_one_is_refused(client: TestClient) -> None:

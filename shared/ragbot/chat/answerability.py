@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragbot.chat.events import ChatRequest, Selection
+from ragbot.chat.pair_gate import PACKAGED_GATE, best_probability, load_gate
 from ragbot.chat.quote import TurnSentences
 from ragbot.chat.schemas import Source
 from ragbot.prompts import detect_language
@@ -214,6 +215,7 @@ class Decision:
     score: float
     evidence: Evidence
     reason: str = "rule"
+    gate: float | None = None
 
     def debug(self) -> dict[str, Any]:
         """The decision as the sources event's debug shows it."""
@@ -221,6 +223,7 @@ class Decision:
             "answer": self.answer,
             "reason": self.reason,
             "score": round(self.score, 6),
+            "gate": None if self.gate is None else round(self.gate, 6),
             "evidence": self.evidence.as_dict(),
         }
 
@@ -279,8 +282,25 @@ async def assess(
         ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
     )
     decision = decide(ev, rule)
-    if decision.answer and not await sentences.states_kind():
-        return Decision(answer=False, score=decision.score, evidence=ev, reason="answer_kind")
+    if not decision.answer:
+        return decision
+    if settings.abstention_gate_enabled:
+        gate = load_gate(settings.abstention_gate_path or PACKAGED_GATE)
+        probability = await best_probability(
+            retriever=sentences.retriever,
+            gate=gate,
+            question=request.question,
+            documents=selection.documents,
+            scores=[s.score for s in selection.sources],
+            cross_language=bool(ev.cross_language),
+        )
+        if probability is not None and probability < gate.threshold(bool(ev.cross_language)):
+            return Decision(answer=False, score=decision.score, evidence=ev, reason="gate", gate=probability)
+        decision = Decision(answer=True, score=decision.score, evidence=ev, gate=probability)
+    if not await sentences.states_kind():
+        return Decision(
+            answer=False, score=decision.score, evidence=ev, reason="answer_kind", gate=decision.gate
+        )
     return decision
 
 

@@ -36,11 +36,15 @@ def choose_model(embedders: Mapping[str, Embedder], wanted: str | None) -> str:
     return next(iter(embedders))
 
 
-def cosines(embedder: Embedder, query: str, texts: Sequence[str]) -> list[float]:
-    """One cosine per text (the vectors are normalised), in order."""
+def embed(embedder: Embedder, query: str, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The query's vector and one vector per text (unit length: the models normalise), float32."""
     q = np.asarray(embedder.embed_queries([query]), dtype=np.float32)[0]
-    p = np.asarray(embedder.embed_passages(list(texts)), dtype=np.float32)
-    return [round(float(v), 6) for v in p @ q]
+    p = np.asarray(embedder.embed_passages(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+    return q, p
+
+
+def _rounded(vector: np.ndarray) -> list[float]:
+    return [round(float(v), 6) for v in vector]
 
 
 async def similarity(
@@ -50,8 +54,8 @@ async def similarity(
     name = choose_model(embedders, request.model)
     embedder = embedders[name]
     try:
-        scores = await asyncio.wait_for(
-            asyncio.to_thread(cosines, embedder, request.query, request.texts), timeout=timeout_s
+        q, p = await asyncio.wait_for(
+            asyncio.to_thread(embed, embedder, request.query, request.texts), timeout=timeout_s
         )
     except TimeoutError:
         raise DependencyUnavailable(
@@ -59,4 +63,9 @@ async def similarity(
         ) from None
     except (RagbotError, OSError, RuntimeError) as exc:
         raise DependencyUnavailable(f"model:{name} failed: {exc}", dependency=f"model:{name}") from exc
-    return SimilarityResponse(model=name, scores=scores)
+    scores = [round(float(v), 6) for v in p @ q]
+    if not request.vectors:
+        return SimilarityResponse(model=name, scores=scores)
+    return SimilarityResponse(
+        model=name, scores=scores, query_vector=_rounded(q), vectors=[_rounded(row) for row in p]
+    )

@@ -20,6 +20,10 @@ class SimilarityRequest(BaseModel):
     model: str | None = Field(
         default=None, description="a dense model of the definition (empty: multilingual-e5-small if loaded)"
     )
+    vectors: bool = Field(
+        default=False,
+        description="also send the unit vectors of the query and the texts (the chat's abstention gate)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -38,7 +42,10 @@ class SimilarityRequest(BaseModel):
 
 
 class SimilarityResponse(BaseModel):
-    """One cosine (-1..1) per text, in the order sent, and the model that computed them."""
+    """One cosine (-1..1) per text, in the order sent, and the model that computed them; with
+    ``vectors`` asked, the unit vectors they came from."""
 
     model: str
     scores: list[float]
+    query_vector: list[float] | None = None
+    vectors: list[list[float]] | None = None

@@ -223,6 +223,11 @@ class ChatSettings(LLMSettings):
     # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with
     # other branches the rule does not decide (empty: decide with any).
     abstention_branches: list[str] = Field(default_factory=lambda: list(ABSTENTION_BRANCHES))
+    # The learned question-paragraph gate on the rule (ragbot.chat.pair_gate): a turn the rule answers
+    # still abstains when its best paragraph's probability is under the gate's threshold. The path is a
+    # gate file written by bench/answers/pair_gate.py (None: the one shipped with ragbot).
+    abstention_gate_enabled: bool = True
+    abstention_gate_path: Path | None = None
     # A question that asks an amount or a duration (ragbot.chat.answer_kind) is answered only by a
     # source sentence that states one, scoring at most this far below the best sentence; none: the
     # turn abstains, in every mode that abstains. A negative value, or abstention off, turns it off.

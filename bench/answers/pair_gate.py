@@ -1,0 +1,270 @@
+"""Fit the abstention gate (``ragbot.chat.pair_gate``) on the Kol-Zchut question sets already read.
+
+Every question of ``samples/kolzchut/abstention_questions.json`` (both halves) and of the sets held out
+whole and read before the gate (``GATE_SETS``: fresh, fresh3 to fresh10) is answered in ``quote``
+mode by the chat pipeline over a fresh embedded store of the sample pages, with the rule and the
+answer-kind check as shipped and a gate that never abstains. So each turn records what the gate would
+read (the retriever's e5 vectors of the question and of each numbered paragraph, the sources' scores),
+whether the rule and the kind check answered, and whether the answer cited a gold page.
+
+A paragraph's label is whether its page answers the question. The gate is a logistic regression (numpy,
+L2 on standardised features, ``L2``) over ``ragbot.chat.pair_gate.features``. Its probabilities for
+each set come from a fit on the other sets (out of fold). Each language pair's threshold is then the
+lowest that, with the rule, abstains on at least ``TARGET`` of that pair's unanswerable questions.
+The final gate is fitted on every set and written to ``shared/ragbot/chat/pair_gate.json``; the
+figures (out of fold) to ``bench/results/pair_gate_fit.json``.
+
+Run: ``uv run python -m bench.answers.pair_gate`` (about 13 minutes on 2 cores; ``--turns FILE`` keeps
+what it collected and refits from it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import pickle
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.answers.sets import set_file
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "pair_gate_fit.json"
+MAIN_SET = "samples/kolzchut/abstention_questions.json"
+# The sets held out whole that had been read when the gate was fitted (fresh11 was its check).
+GATE_SETS: tuple[str, ...] = ("fresh", *(f"fresh{n}" for n in range(3, 11)))
+L2 = 1000.0
+TARGET = 0.9
+MODEL, DIM = "multilingual-e5-small", 384
+
+
+@dataclass(slots=True)
+class Turn:
+    """What one question's turn gave the gate, and how the shipped decision went."""
+
+    set_name: str
+    question_id: str
+    answerable: bool
+    x: np.ndarray  # features, one row per numbered paragraph
+    labels: np.ndarray  # the paragraph's page answers the question
+    cross_language: bool
+    answered: bool  # by the rule and the answer-kind check
+    gold_cited: bool
+
+
+def _logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50) -> tuple[np.ndarray, float]:
+    """Weights and bias in raw units of an L2 logistic regression on standardised features (the bias
+    not penalised), solved by Newton's method: the mean log-loss plus ``l2 / (2 n)`` times the squared
+    weights, as scikit-learn's ``C = 1 / l2``."""
+    mean, std = x.mean(axis=0), x.std(axis=0) + 1e-9
+    a = np.hstack([(x - mean) / std, np.ones((len(x), 1))])
+    penalty = np.full(a.shape[1], l2 / len(y))
+    penalty[-1] = 0.0
+    theta = np.zeros(a.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(a @ theta, -50, 50)))
+        gradient = a.T @ (p - y) / len(y) + penalty * theta
+        hessian = (a * (p * (1 - p))[:, None]).T @ a / len(y) + np.diag(penalty + 1e-10)
+        step = np.linalg.solve(hessian, gradient)
+        theta -= step
+        if float(np.max(np.abs(step))) < 1e-9:
+            break
+    w = theta[:-1]
+    return w / std, float(theta[-1]) - float(np.sum(w * mean / std))
+
+
+def _fit(turns: Sequence[Turn]) -> tuple[np.ndarray, float]:
+    x = np.vstack([t.x for t in turns])
+    y = np.concatenate([t.labels for t in turns]).astype(float)
+    return _logistic(x, y, l2=L2)
+
+
+def _best(turn: Turn, w: np.ndarray, b: float) -> float:
+    z = np.clip(turn.x @ w + b, -50, 50)
+    return float((1.0 / (1.0 + np.exp(-z))).max())
+
+
+def out_of_fold(turns: Sequence[Turn]) -> dict[str, float]:
+    """Each turn's best probability from a gate fitted on the other sets."""
+    result: dict[str, float] = {}
+    for held in sorted({t.set_name for t in turns}):
+        w, b = _fit([t for t in turns if t.set_name != held])
+        for t in turns:
+            if t.set_name == held:
+                result[t.question_id] = _best(t, w, b)
+    return result
+
+
+def figures(turns: Sequence[Turn], best: dict[str, float], thresholds: dict[str, float]) -> dict[str, Any]:
+    """Gold cited and unanswerable abstained with the rule alone and with the gate, per language pair."""
+    from ragbot.chat.pair_gate import PAIRS
+
+    out: dict[str, Any] = {}
+    for pair in PAIRS:
+        mine = [t for t in turns if PAIRS[int(t.cross_language)] == pair]
+        answerable = [t for t in mine if t.answerable]
+        unanswerable = [t for t in mine if not t.answerable]
+        gate = thresholds.get(pair, -np.inf)
+        for name, bar in (("rule", -np.inf), ("gated", gate)):
+            cited = sum(t.answered and best[t.question_id] >= bar and t.gold_cited for t in answerable)
+            abstained = sum(not (t.answered and best[t.question_id] >= bar) for t in unanswerable)
+            out[f"{pair}_{name}_gold_cited"] = round(cited / max(len(answerable), 1), 4)
+            out[f"{pair}_{name}_unanswerable_abstained"] = round(abstained / max(len(unanswerable), 1), 4)
+        out[f"{pair}_answerable"] = len(answerable)
+        out[f"{pair}_unanswerable"] = len(unanswerable)
+    return out
+
+
+def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str, float]:
+    """Per language pair: the lowest threshold at which the rule and the gate abstain on ``TARGET`` of
+    the pair's unanswerable questions; the midpoint below the score it stops at."""
+    from ragbot.chat.pair_gate import PAIRS
+
+    chosen: dict[str, float] = {}
+    for pair in PAIRS:
+        unanswerable = [t for t in turns if PAIRS[int(t.cross_language)] == pair and not t.answerable]
+        if not unanswerable:
+            continue
+        passed = sorted(best[t.question_id] for t in unanswerable if t.answered)
+        need = int(np.ceil(TARGET * len(unanswerable))) - sum(not t.answered for t in unanswerable)
+        if need <= 0:
+            chosen[pair] = 0.0
+            continue
+        need = min(need, len(passed))
+        top = passed[need - 1]
+        above = [p for p in passed if p > top]
+        chosen[pair] = float((top + above[0]) / 2) if above else float(top + 1e-6)
+    return chosen
+
+
+async def collect(sets: Sequence[tuple[str, Path]], *, log: Any = sys.stderr) -> list[Turn]:
+    """Answer every question of ``sets`` in quote mode, the gate passing all, and keep what it read."""
+    from ragbot.chat.events import ChatRequest, DoneEvent, SourcesEvent
+    from ragbot.chat.pair_gate import SCALARS, PairGate, features
+    from ragbot.chat.pipeline import ChatPipeline
+    from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, load_questions
+    from ragbot.evaluation.sample_index import SampleIndex
+    from ragbot.llms import build_llm
+    from ragbot.prompts import PromptLibrary
+    from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
+    from ragbot.settings import get_chat_settings
+
+    work = Path(tempfile.mkdtemp(prefix="ragbot-gate-"))
+    open_gate = PairGate(np.zeros(2 * DIM + len(SCALARS)), 0.0, {}, MODEL)
+    (work / "open.json").write_text(json.dumps(open_gate.as_json()), encoding="utf-8")
+    settings = get_chat_settings().model_copy(update={"abstention_gate_path": work / "open.json"})
+    index = await SampleIndex.build(DEFAULT_PAGES, work / "index")
+    turns: list[Turn] = []
+    try:
+        retriever = RecordingRetriever(await index.engine_with({}), text_field=settings.document_text_field)
+        pipeline = ChatPipeline(
+            llm=build_llm(settings=settings),
+            retriever=retriever,
+            prompts=PromptLibrary(settings.prompts_dir),
+            settings=settings,
+        )
+        for name, path in sets:
+            for q in load_questions(path):
+                sources: list[Any] = []
+                decision: dict[str, Any] = {}
+                done: Any = None
+                request = ChatRequest(question=q.question, mode="quote", language=q.language, channel="eval")
+                async for event in pipeline.run(request):
+                    if isinstance(event, SourcesEvent):
+                        sources = list(event.sources)
+                        decision = dict(event.debug.get("answerability") or {})
+                    elif isinstance(event, DoneEvent):
+                        done = event
+                cross = bool((decision.get("evidence") or {}).get("cross_language"))
+                gold = q.gold_pages
+                # The texts the gate sends (ragbot.chat.pair_gate.best_probability), for every turn:
+                # also those the rule abstained on, so the gate learns from them too.
+                texts = [
+                    (retriever.texts.get(s.doc_id) or s.title)[:MAX_SIMILARITY_TEXT_CHARS] for s in sources
+                ][:MAX_SIMILARITY_TEXTS]
+                x, labels = np.zeros((0, 2 * DIM + len(SCALARS))), np.zeros(0, dtype=bool)
+                if texts and all(t.strip() for t in texts):
+                    answer = await retriever.inner.similarity(
+                        SimilarityRequest(query=q.question, texts=texts, model=MODEL, vectors=True)
+                    )
+                    if answer.query_vector is not None and answer.vectors is not None:
+                        x = features(
+                            np.asarray(answer.query_vector),
+                            np.asarray(answer.vectors),
+                            [s.score for s in sources][: len(texts)],
+                            cross_language=cross,
+                        )
+                        labels = np.array([s.page_id in gold for s in sources][: len(texts)])
+                cited = {s.page_id for s in (done.citations if done else [])}
+                turns.append(
+                    Turn(
+                        set_name=name,
+                        question_id=f"{name}:{q.id}",
+                        answerable=q.gold_page_id is not None,
+                        x=x,
+                        labels=labels,
+                        cross_language=cross,
+                        answered=bool(done and not done.abstained),
+                        gold_cited=bool(gold & cited),
+                    )
+                )
+            log.write(f"{name}: {len(turns)} turns so far\n")
+    finally:
+        await index.close()
+    return turns
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Collect, fit out of fold, choose the thresholds, fit on all and write the gate and its figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gate-out", type=Path, default=None, help="where to write the gate file")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--turns", type=Path, default=None, help="keep the collected turns here (pickle), reuse them if there"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from ragbot.chat.pair_gate import PACKAGED_GATE, PairGate
+
+    started = time.perf_counter()
+    sets = [("main", ROOT / MAIN_SET), *((name, ROOT / set_file(name)) for name in GATE_SETS)]
+    if args.turns is not None and args.turns.exists():
+        turns = pickle.loads(args.turns.read_bytes())  # our own file, written below
+    else:
+        turns = asyncio.run(collect(sets))
+        if args.turns is not None:
+            args.turns.write_bytes(pickle.dumps(turns))
+    usable = [t for t in turns if len(t.x)]
+    best = out_of_fold(usable)
+    for t in turns:  # no paragraph to read: the turn abstains (it has no sources either)
+        best.setdefault(t.question_id, -1.0)
+    thresholds = choose_thresholds(turns, best)
+    w, b = _fit(usable)
+    gate = PairGate(w, b, thresholds, MODEL)
+    target = args.gate_out or PACKAGED_GATE
+    target.write_text(json.dumps(gate.as_json()) + "\n", encoding="utf-8")
+    report = {
+        "sets": [name for name, _ in sets],
+        "questions": len(turns),
+        "pairs_labelled": int(sum(len(t.x) for t in usable)),
+        "l2": L2,
+        "target": TARGET,
+        "thresholds": {k: round(v, 6) for k, v in thresholds.items()},
+        **figures(turns, best, thresholds),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

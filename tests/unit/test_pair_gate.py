@@ -1,0 +1,129 @@
+"""The learned gate on the abstention rule (``ragbot.chat.pair_gate``): its features, its file, and the turn
+it ends when the best paragraph's probability is under the threshold; ``POST /v1/similarity`` with
+``vectors``. The shipped gate on real models: tests/integration/test_abstention.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.chat_fakes import VECTOR_DIMENSION, ScriptedLLM, StaticRetriever, document
+
+from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
+from ragbot.chat.pair_gate import PACKAGED_GATE, SCALARS, PairGate, best_probability, features, load_gate
+from ragbot.chat.pipeline import ChatPipeline
+from ragbot.errors import ConfigurationError
+from ragbot.prompts import PromptDocument, PromptLibrary
+from ragbot.settings import ChatSettings
+
+WIDTH = 2 * VECTOR_DIMENSION + len(SCALARS)
+
+
+def test_features_are_the_vectors_product_and_difference_then_cosine_score_share_rank_and_language() -> None:
+    q = np.array([0.6, 0.8])
+    p = np.array([[1.0, 0.0], [0.0, 1.0]])
+    x = features(q, p, [2.0, 0.5], cross_language=True)
+    assert x.shape == (2, 2 * 2 + len(SCALARS))
+    assert np.allclose(x[0], [0.6, 0.0, 0.4, 0.8, 0.6, 2.0, 1.0, 0.0, 1.0])
+    assert np.allclose(x[1], [0.0, 0.8, 0.6, 0.2, 0.8, 0.5, 0.25, 1.0, 1.0])
+    assert features(q, p, [0.0, 0.0], cross_language=False)[:, -3].tolist() == [0.0, 0.0]  # no division by 0
+
+
+def test_a_gate_file_round_trips_and_each_language_pair_has_its_threshold(tmp_path: Path) -> None:
+    gate = PairGate(np.array([1.0, -2.0]), 0.5, {"same_language": 0.4, "cross_language": 0.2}, "m")
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(gate.as_json()), encoding="utf-8")
+    loaded = load_gate(path)
+    assert loaded.model == "m" and loaded.bias == 0.5 and loaded.weights.tolist() == [1.0, -2.0]
+    assert loaded.threshold(False) == 0.4 and loaded.threshold(True) == 0.2
+    assert PairGate(np.zeros(1), 0.0, {}, "m").threshold(True) == -math.inf
+    assert np.allclose(loaded.probabilities(np.array([[0.0, 0.0], [1.0, 0.0]])), [0.6225, 0.8176], atol=1e-4)
+
+
+def test_a_file_that_is_not_a_gate_is_a_configuration_error_naming_the_setting(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"weights": [1.0]}', encoding="utf-8")
+    with pytest.raises(ConfigurationError, match="abstention_gate_path"):
+        load_gate(bad)
+
+
+def test_the_shipped_gate_reads_multilingual_e5_small_vectors_and_has_both_thresholds() -> None:
+    gate = load_gate(PACKAGED_GATE)
+    assert gate.model == "multilingual-e5-small" and len(gate.weights) == 2 * 384 + len(SCALARS)
+    assert set(gate.thresholds) == {"same_language", "cross_language"}
+    assert all(0.0 <= t < 1.0 for t in gate.thresholds.values())
+
+
+def test_best_probability_is_silent_without_the_gates_model_or_paragraphs() -> None:
+    retriever = StaticRetriever()
+    gate = PairGate(np.zeros(WIDTH), 0.0, {}, "m")
+    docs = [PromptDocument(number=1, title="t", text="annual leave days")]
+
+    def best(g: PairGate, documents: list[PromptDocument]) -> float | None:
+        return asyncio.run(
+            best_probability(
+                retriever=retriever,
+                gate=g,
+                question="annual leave",
+                documents=documents,
+                scores=[1.0],
+                cross_language=False,
+            )
+        )
+
+    assert best(gate, docs) == pytest.approx(0.5)
+    assert retriever.similarity_requests[-1].vectors is True
+    assert best(PairGate(np.zeros(WIDTH), 0.0, {}, "other-model"), docs) is None
+    assert best(PairGate(np.zeros(WIDTH + 1), 0.0, {}, "m"), docs) is None  # another model's width
+    assert best(gate, []) is None
+    retriever.similarity_down = True
+    assert best(gate, docs) is None
+
+
+def _turn(tmp_path: Path, gate: PairGate, mode: str = "quote") -> list[ChatEvent]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(gate.as_json()), encoding="utf-8")
+    docs = [document(7, 0, "Every worker gets 16 days off a year.", title="Annual leave")]
+    pipeline = ChatPipeline(
+        llm=ScriptedLLM(),
+        retriever=StaticRetriever(docs, [0.6]),
+        prompts=PromptLibrary(),
+        settings=ChatSettings(
+            _env_file=None,
+            abstention_rule={"bias": 1.0, "threshold": 0.0},
+            abstention_branches=[],
+            abstention_gate_path=path,
+            quote_min_score=0.0,
+        ),
+    )
+    request = ChatRequest(question="How many days off do I get a year?", mode=mode, language="en")  # type: ignore[arg-type]
+
+    async def collect() -> list[ChatEvent]:
+        return [e async for e in pipeline.run(request)]
+
+    return asyncio.run(collect())
+
+
+def test_a_turn_the_rule_answers_abstains_when_the_gate_is_under_its_threshold(tmp_path: Path) -> None:
+    for mode in ("quote", "strict"):
+        events = _turn(tmp_path / mode, PairGate(np.zeros(WIDTH), -3.0, {"same_language": 0.5}, "m"), mode)
+        done = events[-1]
+        assert isinstance(done, DoneEvent) and done.abstained, mode
+        assert "Related pages that may help:\n- Annual leave" in done.answer
+        decision = events[0].debug["answerability"]  # type: ignore[union-attr]
+        assert decision["reason"] == "gate" and decision["gate"] == pytest.approx(0.047426, abs=1e-6)
+
+
+def test_a_gate_over_its_threshold_or_for_another_model_lets_the_turn_go_on(tmp_path: Path) -> None:
+    events = _turn(tmp_path / "a", PairGate(np.zeros(WIDTH), 3.0, {"same_language": 0.5}, "m"))
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and not done.abstained
+    assert events[0].debug["answerability"]["reason"] == "rule"  # type: ignore[union-attr]
+    events = _turn(tmp_path / "b", PairGate(np.zeros(WIDTH), -3.0, {"same_language": 0.5}, "other"))
+    assert isinstance(events[-1], DoneEvent) and not events[-1].abstained
+    assert events[0].debug["answerability"]["gate"] is None  # type: ignore[union-attr]
