@@ -202,6 +202,9 @@ class AnswerRow:
     scope: str | None = None
     boilerplate: bool = False
     evidence: dict[str, float] = field(default_factory=dict)
+    # what decided an abstention ("rule", "gate", "answer_kind"), and the gate's best probability
+    reason: str | None = None
+    gate: float | None = None
 
 
 @dataclass(slots=True)
@@ -267,14 +270,14 @@ async def answer_one(
     request = ChatRequest(question=question.question, mode=mode, language=question.language, channel="eval")
     done: DoneEvent | None = None
     error: str | None = None
-    evidence: dict[str, float] = {}
+    decision: dict[str, Any] = {}
     async for event in pipeline.run(request):
         if isinstance(event, DoneEvent):
             done = event
         elif isinstance(event, ErrorEvent):
             error = event.message
         elif isinstance(event, SourcesEvent):
-            evidence = dict((event.debug.get("answerability") or {}).get("evidence") or {})
+            decision = dict(event.debug.get("answerability") or {})
     seconds = time.perf_counter() - started
     answer = done.answer if done else ""
     cited = done.citations if done else []
@@ -299,7 +302,9 @@ async def answer_one(
         seconds=round(seconds, 3),
         scope=question.scope,
         boilerplate=any(furniture(s) for s in sentences),
-        evidence=evidence,
+        evidence=dict(decision.get("evidence") or {}),
+        reason=decision.get("reason"),
+        gate=decision.get("gate"),
     )
 
 
