@@ -112,6 +112,8 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
                 )
                 for name in WHOLE_SETS
             ),
+            # the abstention gate's fit, out of fold, on the sets read before it (not the shipped file)
+            Bench("pair_gate_fit", "bench.answers.pair_gate", ("--gate-out", "var/bench/pair_gate.json")),
             # English questions' gold page rank over the Hebrew pages, untranslated and translated
             Bench("crosslingual", "bench.answers.crosslingual"),
         ],

@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     w, b = _fit(usable)
     gate = PairGate(w, b, thresholds, MODEL)
     target = args.gate_out or PACKAGED_GATE
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(gate.as_json()) + "\n", encoding="utf-8")
     report = {
         "sets": [name for name, _ in sets],
