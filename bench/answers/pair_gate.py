@@ -14,6 +14,9 @@ lowest that, with the rule, abstains on at least ``TARGET`` of that pair's unans
 The final gate is fitted on every set and written to ``shared/ragbot/chat/pair_gate.json``; the
 figures (out of fold) to ``bench/results/pair_gate_fit.json``.
 
+Another wiki fits its own from its own pages and question files (``--pages``, ``--questions``, each
+file a fold; at least two) and points ``RAGBOT_CHAT_ABSTENTION_GATE_PATH`` at ``--gate-out``.
+
 Run: ``uv run python -m bench.answers.pair_gate`` (about 13 minutes on 2 cores; ``--turns FILE`` keeps
 what it collected and refits from it).
 """
@@ -146,7 +149,9 @@ def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str
     return chosen
 
 
-async def collect(sets: Sequence[tuple[str, Path]], *, log: Any = sys.stderr) -> list[Turn]:
+async def collect(
+    sets: Sequence[tuple[str, Path]], *, pages: Sequence[Path] | None = None, log: Any = sys.stderr
+) -> list[Turn]:
     """Answer every question of ``sets`` in quote mode, the gate passing all, and keep what it read."""
     from ragbot.chat.events import ChatRequest, DoneEvent, SourcesEvent
     from ragbot.chat.pair_gate import SCALARS, PairGate, features
@@ -162,7 +167,7 @@ async def collect(sets: Sequence[tuple[str, Path]], *, log: Any = sys.stderr) ->
     open_gate = PairGate(np.zeros(2 * DIM + len(SCALARS)), 0.0, {}, MODEL)
     (work / "open.json").write_text(json.dumps(open_gate.as_json()), encoding="utf-8")
     settings = get_chat_settings().model_copy(update={"abstention_gate_path": work / "open.json"})
-    index = await SampleIndex.build(DEFAULT_PAGES, work / "index")
+    index = await SampleIndex.build(list(pages or DEFAULT_PAGES), work / "index")
     turns: list[Turn] = []
     try:
         retriever = RecordingRetriever(await index.engine_with({}), text_field=settings.document_text_field)
@@ -229,6 +234,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gate-out", type=Path, default=None, help="where to write the gate file")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
+        "--questions",
+        type=Path,
+        action="append",
+        help="a question file (ragbot eval-answers' shape), each one a fold; repeat it (default: the "
+        "Kol-Zchut sets read before the gate)",
+    )
+    parser.add_argument(
+        "--pages", type=Path, action="append", help="a pages JSONL to index (default: the Kol-Zchut samples)"
+    )
+    parser.add_argument(
         "--turns", type=Path, default=None, help="keep the collected turns here (pickle), reuse them if there"
     )
     args = parser.parse_args(argv)
@@ -237,10 +252,14 @@ def main(argv: list[str] | None = None) -> None:
 
     started = time.perf_counter()
     sets = [("main", ROOT / MAIN_SET), *((name, ROOT / set_file(name)) for name in GATE_SETS)]
+    if args.questions:
+        sets = [(path.stem, path) for path in args.questions]
+    if len({name for name, _ in sets}) < 2:
+        parser.error("give at least two --questions files with different names: each is a fold")
     if args.turns is not None and args.turns.exists():
         turns = pickle.loads(args.turns.read_bytes())  # our own file, written below
     else:
-        turns = asyncio.run(collect(sets))
+        turns = asyncio.run(collect(sets, pages=args.pages))
         if args.turns is not None:
             args.turns.write_bytes(pickle.dumps(turns))
     usable = [t for t in turns if len(t.x)]
