@@ -14,7 +14,15 @@ import pytest
 from support.chat_fakes import VECTOR_DIMENSION, ScriptedLLM, StaticRetriever, document
 
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
-from ragbot.chat.pair_gate import PACKAGED_GATE, SCALARS, PairGate, best_probability, features, load_gate
+from ragbot.chat.pair_gate import (
+    PACKAGED_GATE,
+    SCALARS,
+    PairGate,
+    best_probability,
+    configured_gate,
+    features,
+    load_gate,
+)
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.errors import ConfigurationError
 from ragbot.prompts import PromptDocument, PromptLibrary
@@ -49,6 +57,14 @@ def test_a_file_that_is_not_a_gate_is_a_configuration_error_naming_the_setting(t
     bad.write_text('{"weights": [1.0]}', encoding="utf-8")
     with pytest.raises(ConfigurationError, match="abstention_gate_path"):
         load_gate(bad)
+
+
+def test_the_settings_choose_the_gate_the_shipped_one_by_default_and_none_when_off(tmp_path: Path) -> None:
+    assert configured_gate(ChatSettings(_env_file=None)) is load_gate(PACKAGED_GATE)
+    assert configured_gate(ChatSettings(_env_file=None, abstention_gate_enabled=False)) is None
+    assert configured_gate(ChatSettings(_env_file=None, abstention_enabled=False)) is None
+    with pytest.raises(ConfigurationError, match="abstention_gate_path"):
+        configured_gate(ChatSettings(_env_file=None, abstention_gate_path=tmp_path / "missing.json"))
 
 
 def test_the_shipped_gate_reads_multilingual_e5_small_vectors_and_has_both_thresholds() -> None:

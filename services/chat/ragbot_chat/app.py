@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from ragbot.chat.admission import AdmissionGate
 from ragbot.chat.feedback import FeedbackLog
 from ragbot.chat.kolzchut import ConfigStore, default_config
+from ragbot.chat.pair_gate import configured_gate
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.chat.retriever import HttpRetriever, Retriever
 from ragbot.chat.sessions import ChatStore
@@ -60,6 +61,7 @@ def assemble(
     """Wire the stores, the Kol-Zchut config and the pipeline around the given adapters."""
     prompts = PromptLibrary(settings.prompts_dir)
     prompts.check()
+    configured_gate(settings)  # the abstention gate's file: a broken one stops the start, not a turn
     store = ChatStore(
         client=redis_client,
         prefix=key_prefix,

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragbot.chat.events import ChatRequest, Selection
-from ragbot.chat.pair_gate import PACKAGED_GATE, best_probability, load_gate
+from ragbot.chat.pair_gate import best_probability, configured_gate
 from ragbot.chat.quote import TurnSentences
 from ragbot.chat.schemas import Source
 from ragbot.prompts import detect_language
@@ -284,8 +284,8 @@ async def assess(
     decision = decide(ev, rule)
     if not decision.answer:
         return decision
-    if settings.abstention_gate_enabled:
-        gate = load_gate(settings.abstention_gate_path or PACKAGED_GATE)
+    gate = configured_gate(settings)
+    if gate is not None:
         probability = await best_probability(
             retriever=sentences.retriever,
             gate=gate,

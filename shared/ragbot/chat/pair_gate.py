@@ -30,8 +30,17 @@ from ragbot.chat.retriever import Retriever
 from ragbot.errors import ConfigurationError, DependencyUnavailable, ValidationFailed
 from ragbot.prompts import PromptDocument
 from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
+from ragbot.settings import ChatSettings
 
-__all__ = ["PACKAGED_GATE", "PAIRS", "PairGate", "best_probability", "features", "load_gate"]
+__all__ = [
+    "PACKAGED_GATE",
+    "PAIRS",
+    "PairGate",
+    "best_probability",
+    "configured_gate",
+    "features",
+    "load_gate",
+]
 
 PACKAGED_GATE = Path(__file__).with_name("pair_gate.json")
 # The threshold's key: the question in the paragraphs' language, or in another one.
@@ -99,6 +108,14 @@ def load_gate(path: Path = PACKAGED_GATE) -> PairGate:
             f"abstention_gate_path: {path} is not a pair gate ({exc}); "
             "fit one with bench/answers/pair_gate.py, or set abstention_gate_enabled=false"
         ) from exc
+
+
+def configured_gate(settings: ChatSettings) -> PairGate | None:
+    """The gate the settings ask for (the shipped file unless ``abstention_gate_path``), or None when
+    it or abstention is off; the chat service calls it at start, so a broken file stops the start."""
+    if not (settings.abstention_enabled and settings.abstention_gate_enabled):
+        return None
+    return load_gate(settings.abstention_gate_path or PACKAGED_GATE)
 
 
 async def best_probability(
