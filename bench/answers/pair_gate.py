@@ -3,7 +3,7 @@
 Every question of ``samples/kolzchut/abstention_questions.json`` (both halves) and of the sets held out
 whole and read before the gate (``GATE_SETS``: fresh, fresh3 to fresh10) is answered in ``quote``
 mode by the chat pipeline over a fresh embedded store of the sample pages, with the rule and the
-answer-kind check as shipped and a gate that never abstains. So each turn records what the gate would
+answer-kind check as shipped and no gate. So each turn records what the gate would
 read (the retriever's e5 vectors of the question and of each numbered paragraph, the sources' scores),
 whether the rule and the kind check answered, and whether the answer cited a gold page.
 
@@ -29,7 +29,6 @@ import json
 import logging
 import pickle
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ MAIN_SET = "samples/kolzchut/abstention_questions.json"
 GATE_SETS: tuple[str, ...] = ("fresh", *(f"fresh{n}" for n in range(3, 11)))
 L2 = 1000.0
 TARGET = 0.9
-MODEL, DIM = "multilingual-e5-small", 384
+MODEL = "multilingual-e5-small"
 
 
 @dataclass(slots=True)
@@ -109,11 +108,11 @@ def out_of_fold(turns: Sequence[Turn]) -> dict[str, float]:
 
 def figures(turns: Sequence[Turn], best: dict[str, float], thresholds: dict[str, float]) -> dict[str, Any]:
     """Gold cited and unanswerable abstained with the rule alone and with the gate, per language pair."""
-    from ragbot.chat.pair_gate import PAIRS
+    from ragbot.chat.pair_gate import LANGUAGE_PAIRS
 
     out: dict[str, Any] = {}
-    for pair in PAIRS:
-        mine = [t for t in turns if PAIRS[int(t.cross_language)] == pair]
+    for pair in LANGUAGE_PAIRS:
+        mine = [t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair]
         answerable = [t for t in mine if t.answerable]
         unanswerable = [t for t in mine if not t.answerable]
         gate = thresholds.get(pair, -np.inf)
@@ -130,11 +129,13 @@ def figures(turns: Sequence[Turn], best: dict[str, float], thresholds: dict[str,
 def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str, float]:
     """Per language pair: the lowest threshold at which the rule and the gate abstain on ``TARGET`` of
     the pair's unanswerable questions; the midpoint below the score it stops at."""
-    from ragbot.chat.pair_gate import PAIRS
+    from ragbot.chat.pair_gate import LANGUAGE_PAIRS
 
     chosen: dict[str, float] = {}
-    for pair in PAIRS:
-        unanswerable = [t for t in turns if PAIRS[int(t.cross_language)] == pair and not t.answerable]
+    for pair in LANGUAGE_PAIRS:
+        unanswerable = [
+            t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair and not t.answerable
+        ]
         if not unanswerable:
             continue
         passed = sorted(best[t.question_id] for t in unanswerable if t.answered)
@@ -152,22 +153,19 @@ def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str
 async def collect(
     sets: Sequence[tuple[str, Path]], *, pages: Sequence[Path] | None = None, log: Any = sys.stderr
 ) -> list[Turn]:
-    """Answer every question of ``sets`` in quote mode, the gate passing all, and keep what it read."""
+    """Answer every question of ``sets`` in quote mode without the gate, and keep what it would read."""
     from ragbot.chat.events import ChatRequest, DoneEvent, SourcesEvent
-    from ragbot.chat.pair_gate import SCALARS, PairGate, features
+    from ragbot.chat.pair_gate import paragraph_features
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, load_questions
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
-    from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_TEXTS, SimilarityRequest
     from ragbot.settings import get_chat_settings
 
-    work = Path(tempfile.mkdtemp(prefix="ragbot-gate-"))
-    open_gate = PairGate(np.zeros(2 * DIM + len(SCALARS)), 0.0, {}, MODEL)
-    (work / "open.json").write_text(json.dumps(open_gate.as_json()), encoding="utf-8")
-    settings = get_chat_settings().model_copy(update={"abstention_gate_path": work / "open.json"})
-    index = await SampleIndex.build(list(pages or DEFAULT_PAGES), work / "index")
+    # the rule and the kind check decide as shipped; the gate's paragraphs are read below, every turn
+    settings = get_chat_settings().model_copy(update={"abstention_gate_enabled": False})
+    index = await SampleIndex.build(list(pages or DEFAULT_PAGES))
     turns: list[Turn] = []
     try:
         retriever = RecordingRetriever(await index.engine_with({}), text_field=settings.document_text_field)
@@ -191,24 +189,18 @@ async def collect(
                         done = event
                 cross = bool((decision.get("evidence") or {}).get("cross_language"))
                 gold = q.gold_pages
-                # The texts the gate sends (ragbot.chat.pair_gate.best_probability), for every turn:
-                # also those the rule abstained on, so the gate learns from them too.
-                texts = [
-                    (retriever.texts.get(s.doc_id) or s.title)[:MAX_SIMILARITY_TEXT_CHARS] for s in sources
-                ][:MAX_SIMILARITY_TEXTS]
-                x, labels = np.zeros((0, 2 * DIM + len(SCALARS))), np.zeros(0, dtype=bool)
-                if texts and all(t.strip() for t in texts):
-                    answer = await retriever.inner.similarity(
-                        SimilarityRequest(query=q.question, texts=texts, model=MODEL, vectors=True)
-                    )
-                    if answer.query_vector is not None and answer.vectors is not None:
-                        x = features(
-                            np.asarray(answer.query_vector),
-                            np.asarray(answer.vectors),
-                            [s.score for s in sources][: len(texts)],
-                            cross_language=cross,
-                        )
-                        labels = np.array([s.page_id in gold for s in sources][: len(texts)])
+                # what the gate reads, for every turn: also those the rule abstained on, to learn from
+                x = await paragraph_features(
+                    retriever=retriever.inner,
+                    model=MODEL,
+                    question=q.question,
+                    texts=[retriever.texts.get(s.doc_id) or s.title for s in sources],
+                    scores=[s.score for s in sources],
+                    cross_language=cross,
+                )
+                if x is None:
+                    x = np.empty((0, 0))
+                labels = np.array([s.page_id in gold for s in sources][: len(x)], dtype=bool)
                 cited = {s.page_id for s in (done.citations if done else [])}
                 turns.append(
                     Turn(

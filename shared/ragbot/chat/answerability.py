@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ragbot.chat.events import ChatRequest, Selection
@@ -294,13 +294,11 @@ async def assess(
             scores=[s.score for s in selection.sources],
             cross_language=bool(ev.cross_language),
         )
+        decision = replace(decision, gate=probability)
         if probability is not None and probability < gate.threshold(bool(ev.cross_language)):
-            return Decision(answer=False, score=decision.score, evidence=ev, reason="gate", gate=probability)
-        decision = Decision(answer=True, score=decision.score, evidence=ev, gate=probability)
+            return replace(decision, answer=False, reason="gate")
     if not await sentences.states_kind():
-        return Decision(
-            answer=False, score=decision.score, evidence=ev, reason="answer_kind", gate=decision.gate
-        )
+        return replace(decision, answer=False, reason="answer_kind")
     return decision
 
 

@@ -33,18 +33,19 @@ from ragbot.schemas.similarity import MAX_SIMILARITY_TEXT_CHARS, MAX_SIMILARITY_
 from ragbot.settings import ChatSettings
 
 __all__ = [
+    "LANGUAGE_PAIRS",
     "PACKAGED_GATE",
-    "PAIRS",
     "PairGate",
     "best_probability",
     "configured_gate",
     "features",
     "load_gate",
+    "paragraph_features",
 ]
 
 PACKAGED_GATE = Path(__file__).with_name("pair_gate.json")
-# The threshold's key: the question in the paragraphs' language, or in another one.
-PAIRS = ("same_language", "cross_language")
+# A threshold's key: the question in the paragraphs' language, or in another one.
+LANGUAGE_PAIRS = ("same_language", "cross_language")
 SCALARS = ("cosine", "score", "score_share", "rank", "cross_language")
 
 
@@ -80,7 +81,7 @@ class PairGate:
 
     def threshold(self, cross_language: bool) -> float:
         """The pair's threshold (none given: never abstains)."""
-        return self.thresholds.get(PAIRS[int(cross_language)], -math.inf)
+        return self.thresholds.get(LANGUAGE_PAIRS[int(cross_language)], -math.inf)
 
     def as_json(self) -> dict[str, Any]:
         """The file ``load_gate`` reads."""
@@ -118,6 +119,37 @@ def configured_gate(settings: ChatSettings) -> PairGate | None:
     return load_gate(settings.abstention_gate_path or PACKAGED_GATE)
 
 
+async def paragraph_features(
+    *,
+    retriever: Retriever,
+    model: str,
+    question: str,
+    texts: Sequence[str],
+    scores: Sequence[float],
+    cross_language: bool,
+) -> np.ndarray | None:
+    """``features`` of the paragraphs ``texts`` (cut to the similarity API's limits), from one ``POST
+    /v1/similarity`` with vectors; None when there is no paragraph, one is blank, or the retriever cannot
+    send ``model``'s vectors. The chat's gate and its fit (``bench/answers/pair_gate.py``) both read it."""
+    sent = [t[:MAX_SIMILARITY_TEXT_CHARS] for t in texts][:MAX_SIMILARITY_TEXTS]
+    if not sent or not all(t.strip() for t in sent):
+        return None
+    try:
+        response = await retriever.similarity(
+            SimilarityRequest(query=question, texts=sent, model=model, vectors=True)
+        )
+    except (DependencyUnavailable, ValidationFailed):
+        return None
+    if response.model != model or response.query_vector is None or response.vectors is None:
+        return None
+    return features(
+        np.asarray(response.query_vector),
+        np.asarray(response.vectors),
+        list(scores)[: len(sent)],
+        cross_language=cross_language,
+    )
+
+
 async def best_probability(
     *,
     retriever: Retriever,
@@ -127,25 +159,16 @@ async def best_probability(
     scores: Sequence[float],
     cross_language: bool,
 ) -> float | None:
-    """The best paragraph's probability, from one ``POST /v1/similarity`` with vectors; None when there
-    is no paragraph, or the retriever cannot send the gate's model's vectors."""
-    texts = [(d.text or d.title)[:MAX_SIMILARITY_TEXT_CHARS] for d in documents][:MAX_SIMILARITY_TEXTS]
-    if not texts or not all(t.strip() for t in texts):
-        return None
-    try:
-        response = await retriever.similarity(
-            SimilarityRequest(query=question, texts=texts, model=gate.model, vectors=True)
-        )
-    except (DependencyUnavailable, ValidationFailed):
-        return None
-    if response.model != gate.model or response.query_vector is None or response.vectors is None:
-        return None
-    x = features(
-        np.asarray(response.query_vector),
-        np.asarray(response.vectors),
-        list(scores)[: len(texts)],
+    """The best numbered paragraph's probability; None when ``paragraph_features`` has none, or they are
+    not as wide as the gate's weights."""
+    x = await paragraph_features(
+        retriever=retriever,
+        model=gate.model,
+        question=question,
+        texts=[d.text or d.title for d in documents],
+        scores=scores,
         cross_language=cross_language,
     )
-    if x.shape[1] != len(gate.weights):
+    if x is None or x.shape[1] != len(gate.weights):
         return None
     return float(gate.probabilities(x).max())
