@@ -53,6 +53,7 @@ class QueryTuner:
         self.start = {k: v.clone() for k, v in self.e5._model.state_dict().items()}
 
     def _encode(self, texts: Sequence[str], *, train: bool) -> Any:
+        """Query vectors with gradients for the fit (``TorchE5.encode`` runs without them)."""
         import torch
 
         from ragbot.embedders.e5_torch import QUERY_PREFIX
@@ -98,9 +99,8 @@ class QueryTuner:
         model.eval()
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Tuned query vectors, float32."""
-        vectors: np.ndarray = self._encode(texts, train=False).numpy().astype(np.float32)
-        return vectors
+        """Tuned query vectors, float32 (``TorchE5.encode`` runs the tuned model)."""
+        return self.e5.encode(list(texts), is_query=True)
 
 
 class TunedEnglish:
