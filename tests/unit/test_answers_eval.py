@@ -36,7 +36,13 @@ def test_support_is_token_overlap_with_one_cited_paragraph() -> None:
     assert not supported("הנערים זכאים לפנסיה מוקדמת ולהנחה בארנונה", [PARAGRAPH])
     assert not supported("הנערים בגילאי 18-16 זכאים לנקודת זיכוי", [])
     half = "נערים זכאים לפנסיה מוקדמת והנחה בחשמל"  # 2 of its 6 words are in the paragraph
-    assert not supported(half, [PARAGRAPH]) and supported(half, [PARAGRAPH], threshold=0.3)
+    assert not supported(half, [PARAGRAPH]) and supported(half, [PARAGRAPH], threshold=0.3, order=0.0)
+
+
+def test_support_needs_the_paragraph_s_word_order_not_only_its_words() -> None:
+    shuffled = "זיכוי לנקודת זכאים 18-16 בגילאי הנערים"  # every word of the supported one, reversed
+    assert not supported(shuffled, [PARAGRAPH])
+    assert supported("הנערים זכאים לנקודת זיכוי", [PARAGRAPH])  # words left out between stay in order
 
 
 def _row(gold: bool, sentences: int, ok: int, looped: bool = False, abstained: bool = False) -> AnswerRow:

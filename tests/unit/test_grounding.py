@@ -81,6 +81,23 @@ def test_the_share_is_a_setting() -> None:
     assert stream(SentenceGate(SOURCES, 0.5), text) == [f"{text} [1]"]
 
 
+REFUND = (
+    "עצמאים ואחרים שמחויבים להגיש דין וחשבון על הוצאות ימלאו טופס 1301 ויצרפו אליו את האישורים "
+    'המתאימים. יש לצרף טופס 106 (שניתן לעובדים מהמעסיק). למידע נוסף ראו הגשת דו"ח שנתי למס הכנסה.'
+)
+# What SmolLM2-135M wrote in strict mode in `make run` for "is a student's scholarship exempt from
+# income tax?": most of its words are in the refund page's paragraph, in another order.
+SHUFFLED = "עצמאים ואחרים שמחויבים להגיש דין יש לבקשת האם רק מסטודנט, נוסף ראו הגשת דו."
+
+
+def test_a_shuffle_of_a_source_s_words_is_dropped_but_the_source_s_own_order_passes() -> None:
+    assert best_support(SHUFFLED, [REFUND])[0] >= 0.6  # the word overlap alone would pass it
+    assert stream(SentenceGate({5: REFUND}, 0.6, 0.6), SHUFFLED) == []
+    assert stream(SentenceGate({5: REFUND}, 0.6, 0.0), SHUFFLED) == [f"{SHUFFLED} [5]"]
+    paraphrase = "עצמאים שמחויבים להגיש דין וחשבון על הוצאות ימלאו את טופס 1301."
+    assert stream(SentenceGate({5: REFUND}, 0.6, 0.6), paraphrase) == [f"{paraphrase} [5]"]
+
+
 DOCS = [
     document(1, 0, "The benefit is paid every month to parents.", title="Benefit"),
     document(2, 0, "Income tax is withheld by the employer.", title="Taxes"),
@@ -172,3 +189,15 @@ async def test_the_unfinished_sentence_the_token_cap_cut_is_not_sent() -> None:
     streamed = "".join(e.text for e in events if isinstance(e, TokenEvent))
     assert streamed == done.answer == f"The benefit is paid every month. [1]{CUT_MARK}"
     assert (count(registry, "kept"), count(registry, "dropped")) == (1.0, 1.0)
+
+
+async def test_strict_drops_a_shuffled_sentence_unless_the_order_check_is_off() -> None:
+    shuffled = "The employer is paid every month by income tax."  # every word in a source, in no order
+    pipeline, registry = pipeline_with(f"{shuffled} [2]")
+    done = (await turn(pipeline))[-1]
+    assert isinstance(done, DoneEvent)
+    assert shuffled not in done.answer and count(registry, "dropped") == 1
+    pipeline, registry = pipeline_with(f"{shuffled} [2]", strict_order_min=0.0)
+    done = (await turn(pipeline))[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.answer.startswith(shuffled) and count(registry, "kept") == 1

@@ -5,9 +5,11 @@ small one writes text that is not in any source, a large one now and then adds w
 a paragraph that does not say it. ``SentenceGate`` holds the streamed answer back one sentence at a
 time (a sentence ends at ``.``, ``?``, ``!`` or a line break, with the ``[n]`` marks that follow it)
 and passes a sentence only when one source holds at least ``min_share`` of its words
-(``ragbot.text.support``, Hebrew prefix forms counted). A passed sentence cites the sources that hold
-it: the model's own ``[n]`` marks when they point at such a source, else the one that holds the most.
-A dropped sentence is never sent, nor is the unfinished last one of an answer the token cap cut.
+(``ragbot.text.support``, Hebrew prefix forms counted) and ``min_order`` of its neighbouring word
+pairs in their order (a small model's shuffle of a source's words holds the first, not the second).
+A passed sentence cites the sources that hold it: the model's own ``[n]`` marks when they point at
+such a source, else the one that holds the most. A dropped sentence is never sent, nor is the
+unfinished last one of an answer the token cap cut.
 The chat pipeline answers with the sources' own sentences (the ``quote`` mode) when no sentence of the
 model passes.
 """
@@ -21,7 +23,16 @@ from dataclasses import dataclass, field
 from ragbot.chat.boilerplate import strip_furniture
 from ragbot.chat.citations import cited_numbers
 from ragbot.prompts import PromptDocument
-from ragbot.text.support import CITATION_MARK, paragraph_tokens, sentence_words, support_share
+from ragbot.settings import ChatSettings
+from ragbot.text.support import (
+    CITATION_MARK,
+    order_share,
+    paragraph_pairs,
+    paragraph_tokens,
+    sentence_words,
+    support_share,
+    word_forms,
+)
 
 # A sentence ends after one of these and the space after it, or at a line break.
 _BOUNDARY = re.compile(r"(?<=[.!?…׃؟])[ \t]+|\n+")
@@ -50,7 +61,9 @@ class SentenceGate:
 
     sources: Mapping[int, str]
     min_share: float
+    min_order: float = 0.0
     _tokens: dict[int, set[str]] = field(init=False)
+    _pairs: dict[int, set[tuple[str, str]]] = field(init=False)
     _buffer: str = field(init=False, default="")
     checked: list[Checked] = field(init=False, default_factory=list)
     _sent: list[str] = field(init=False, default_factory=list)
@@ -58,11 +71,18 @@ class SentenceGate:
 
     def __post_init__(self) -> None:
         self._tokens = {number: paragraph_tokens(text) for number, text in self.sources.items()}
+        self._pairs = {number: paragraph_pairs(text) for number, text in self.sources.items()}
 
     @classmethod
-    def over(cls, documents: Sequence[PromptDocument], min_share: float) -> SentenceGate:
-        """A gate over the turn's numbered documents, the site's furniture lines left out of them."""
-        return cls({d.number: strip_furniture(d.text) for d in documents}, min_share)
+    def for_turn(
+        cls, mode: str, documents: Sequence[PromptDocument], settings: ChatSettings
+    ) -> SentenceGate | None:
+        """Strict mode's gate over the turn's numbered documents, the site's furniture lines left out
+        of them (None: another mode, or ``strict_support_min`` 0 turns the check off)."""
+        if mode != "strict" or settings.strict_support_min <= 0:
+            return None
+        sources = {d.number: strip_furniture(d.text) for d in documents}
+        return cls(sources, settings.strict_support_min, settings.strict_order_min)
 
     def passed(self, piece: str | None, *, cut: bool = False) -> list[str]:
         """The text to send for the sentences ``piece`` completes (None: the answer ended; ``cut``: by
@@ -123,10 +143,14 @@ class SentenceGate:
         return self._check(sentence, separator)
 
     def _check(self, sentence: str, separator: str) -> Checked:
-        words = sentence_words(sentence)
+        words, sequence = sentence_words(sentence), word_forms(sentence)
         shares = {number: support_share(words, tokens) for number, tokens in self._tokens.items()}
         best = max(shares.values(), default=0.0)
-        holding = [number for number, share in shares.items() if share >= self.min_share]
+        holding = [
+            number
+            for number, share in shares.items()
+            if share >= self.min_share and order_share(sequence, self._pairs[number]) >= self.min_order
+        ]
         if not sentence.strip() or not holding:
             checked = Checked(sentence.strip(), best, False, "")
         else:

@@ -195,7 +195,7 @@ class ChatPipeline:
             total_s=self.settings.llm_total_timeout_s,
         )
         detector = LoopDetector()
-        gate = self._gate(request, selection)
+        gate = SentenceGate.for_turn(request.mode, selection.documents, self.settings)
         llm_started = time.perf_counter()
         first_at: float | None = None
         try:
@@ -251,11 +251,6 @@ class ChatPipeline:
         cited, not_cited = split_cited(answer, selection.sources)
         self._count(request, "answered")
         yield DoneEvent(answer, cited, not_cited, usage.as_dict(), timings, False, finish_reason)
-
-    def _gate(self, request: ChatRequest, selection: Selection) -> SentenceGate | None:
-        """Strict mode's sentence check over the sources (None: another mode, or the check is off)."""
-        on = request.mode == "strict" and self.settings.strict_support_min > 0
-        return SentenceGate.over(selection.documents, self.settings.strict_support_min) if on else None
 
     def _gated_answer(self, gate: SentenceGate) -> str:
         """The kept sentences as one answer, kept and dropped ones counted."""

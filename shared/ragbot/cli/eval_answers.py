@@ -20,7 +20,12 @@ MODES: tuple[str, ...] = get_args(Mode)
 
 def register(subparsers: Any) -> None:
     """Add eval-answers to the ``ragbot`` parser."""
-    from ragbot.evaluation.answers import DEFAULT_PAGES, DEFAULT_QUESTIONS, SUPPORT_THRESHOLD
+    from ragbot.evaluation.answers import (
+        DEFAULT_PAGES,
+        DEFAULT_QUESTIONS,
+        ORDER_THRESHOLD,
+        SUPPORT_THRESHOLD,
+    )
 
     ea = subparsers.add_parser(
         "eval-answers",
@@ -28,7 +33,8 @@ def register(subparsers: Any) -> None:
         description="Index the sample pages into a fresh embedded store (or use a running retriever), "
         "answer every question of the question file in each mode through the chat pipeline, and print "
         "per mode: gold_cited (answers citing the gold page), supported_sentences (answer sentences "
-        f"with >= {SUPPORT_THRESHOLD:.0%} of their words in one cited paragraph), loop_rate, abstained, "
+        f"with >= {SUPPORT_THRESHOLD:.0%} of their words and {ORDER_THRESHOLD:.0%} of their word pairs, "
+        "in order, in one cited paragraph), loop_rate, abstained, "
         "and off_topic (the share of questions the pages do not answer that the mode abstained on).",
     )
     ea.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="question file (JSON)")

@@ -9,8 +9,9 @@ mode. Three figures per mode:
 - ``supported_sentences``: the share of answer sentences (over all answers) supported by a paragraph
   the answer cites: at least ``SUPPORT_THRESHOLD`` of the sentence's distinct words occur in one cited
   paragraph, compared through the BM25 analyzer (a Hebrew word matches with or without its one-letter
-  prefix; one-letter words and the ``[n]`` marks left out). A sentence of an answer that cites nothing
-  is unsupported;
+  prefix; one-letter words and the ``[n]`` marks left out), and the same paragraph holds at least
+  ``ORDER_THRESHOLD`` of its neighbouring word pairs in order (``ragbot.text.support``). A sentence
+  of an answer that cites nothing is unsupported;
 - ``loop_rate``: the share of answers the loop detector ended (``finish_reason`` ``loop``) or whose
   stored text still ends in a loop.
 
@@ -43,11 +44,12 @@ from ragbot.chat.schemas import Mode
 from ragbot.evaluation.split import Half, split_halves
 from ragbot.schemas.retrieval import PageDocuments, RetrieveRequest, RetrieveResponse
 from ragbot.schemas.similarity import SimilarityRequest, SimilarityResponse
-from ragbot.text.support import CITATION_MARK, best_support, paragraph_tokens
+from ragbot.text.support import CITATION_MARK, paragraph_tokens, supported_by
 
 logger = logging.getLogger(__name__)
 
 SUPPORT_THRESHOLD: Final = 0.6
+ORDER_THRESHOLD: Final = 0.6
 ROOT: Final = Path(__file__).resolve().parents[3]
 DEFAULT_QUESTIONS: Final = ROOT / "samples" / "kolzchut" / "abstention_questions.json"
 SAMPLE_QUESTIONS: Final = ROOT / "samples" / "kolzchut" / "answer_questions.json"
@@ -135,10 +137,17 @@ def furniture(sentence: str) -> bool:
     return any(marker in folded for marker in FURNITURE_MARKERS)
 
 
-def supported(sentence: str, paragraphs: Sequence[str], *, threshold: float = SUPPORT_THRESHOLD) -> bool:
+def supported(
+    sentence: str,
+    paragraphs: Sequence[str],
+    *,
+    threshold: float = SUPPORT_THRESHOLD,
+    order: float = ORDER_THRESHOLD,
+) -> bool:
     """Whether one paragraph holds at least ``threshold`` of the sentence's distinct words (a word
-    counts when it, or its form without a Hebrew prefix letter, is among the paragraph's tokens)."""
-    return best_support(sentence, paragraphs)[0] >= threshold > 0
+    counts when it, or its form without a Hebrew prefix letter, is among the paragraph's tokens) and
+    ``order`` of its neighbouring word pairs in order."""
+    return threshold > 0 and bool(supported_by(sentence, paragraphs, threshold, order))
 
 
 class RecordingRetriever:
@@ -355,6 +364,7 @@ class AnswersRun:
             "llm": self.llm,
             "retrieval": self.retrieval,
             "support_threshold": SUPPORT_THRESHOLD,
+            "order_threshold": ORDER_THRESHOLD,
             "index_seconds": round(self.index_seconds, 2),
             "seconds": round(self.seconds, 2),
             "modes": {m: f.summary() for m, f in self.modes.items()},

@@ -238,6 +238,9 @@ class ChatSettings(LLMSettings):
     # (ragbot.chat.grounding, the answers benchmark's test of support); 0: no check. When none passes,
     # the answer quotes the sources' own sentences instead.
     strict_support_min: float = Field(default=0.6, ge=0.0, le=1.0)
+    # ... and at least this share of the sentence's neighbouring word pairs in the source's order
+    # (ragbot.text.support.order_share), so a shuffle of a source's words is not sent; 0: no check.
+    strict_order_min: float = Field(default=0.6, ge=0.0, le=1.0)
     # Kol-Zchut contract: answer mode of /search, models offered by /get_config_metadata (empty: the
     # configured one), those that ignore temperature, largest num_of_pages.
     kolzchut_mode: Literal["strict", "grounded", "open", "quote"] = "strict"
