@@ -32,8 +32,8 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   ``bench/results/answers.json``: ``answers_gold_cited`` (target >= 0.9), ``answers_offtopic_abstained``
   (>= 0.9), ``answers_boilerplate_quoted`` (0), ``answers_supported_sentences`` (>= 0.95), per mode and
   per question language (``_he``, ``_en``). ``--strict`` adds the embedded LLM's ``strict`` on every
-  ``--strict-every``th held-out question, as shipped, without strict's sentence check (``_ungated``)
-  and ``_before`` (``--only-strict``: only that, its keys added to the file's).
+  ``--strict-every``th held-out question, as shipped, without strict's sentence check (``_ungated``),
+  with it reading words but not their order (``_unordered``) and ``_before`` (``--only-strict``: only that, its keys added to the file's).
 
 Run: ``uv run python -m bench.answers.abstention [--fit] [--strict | --only-strict]``.
 """
@@ -412,7 +412,11 @@ def main(argv: list[str] | None = None) -> None:
                 questions=questions[:: args.strict_every],
                 modes=["strict"],
                 chat_overrides={**overrides, "llm_backend": "llamacpp"},
-                compare={BEFORE: compare[BEFORE], "_ungated": ({"strict_support_min": 0.0}, translated_bm25)},
+                compare={
+                    BEFORE: compare[BEFORE],
+                    "_ungated": ({"strict_support_min": 0.0}, translated_bm25),
+                    "_unordered": ({"strict_order_min": 0.0}, translated_bm25),
+                },
             )
         )
     figures: dict[str, Any] = dict(previous)
