@@ -33,7 +33,8 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   (>= 0.9), ``answers_boilerplate_quoted`` (0), ``answers_supported_sentences`` (>= 0.95), per mode and
   per question language (``_he``, ``_en``). ``--strict`` adds the embedded LLM's ``strict`` on every
   ``--strict-every``th held-out question, as shipped, without strict's sentence check (``_ungated``),
-  with it reading words but not their order (``_unordered``) and ``_before`` (``--only-strict``: only that, its keys added to the file's).
+  with it reading words but not their order (``_unordered``) and ``_before`` (``--only-strict``: only
+  that, its keys added to the file's).
 
 Run: ``uv run python -m bench.answers.abstention [--fit] [--strict | --only-strict]``.
 """
