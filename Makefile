@@ -14,7 +14,7 @@ MW_ADMIN_USER ?= Admin
 MW_ADMIN_PASSWORD ?= ragbot-test-admin-password
 MW_BOT_APP ?= ragbot
 MW_BOT_PASSWORD ?= ragbottestbotpassword0123456789ab
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 LINT_PATHS ?= shared services tests bench $(wildcard scripts/*.py)
 # Redis, Elasticsearch, MediaWiki and the test tools without Docker (shared/ragbot/dev/services).
 SERVICES := $(UV) run python -m ragbot.dev.services
