@@ -1,10 +1,11 @@
-"""e5's query side tuned on a wiki's questions: which lists the retriever searches with it, the rule still
-reading the untuned cosines, and the file ``ragbot tune-queries`` writes (the real e5 fitted and loaded)."""
+"""e5's query side tuned on a wiki's questions: which lists the retriever searches with it, and the rule
+still reading the untuned cosines (the real model fitted and loaded:
+tests/integration/test_query_tuning_cli.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -13,14 +14,8 @@ from support.fakes import HashEmbedder, MemoryStore
 from ragbot.chat.answerability import dense_branches, evidence
 from ragbot.chat.citations import confidences
 from ragbot.definition import parse_definition
-from ragbot.embedders.query_tuning import (
-    TunedE5Queries,
-    apply_biases,
-    fit_biases,
-    load_biases,
-    save_biases,
-    shipped_e5,
-)
+from ragbot.embedders.e5_torch import TorchE5
+from ragbot.embedders.query_tuning import fit_biases, load_biases
 from ragbot.errors import ConfigurationError
 from ragbot.ports import StoredParagraph
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
@@ -111,48 +106,9 @@ def test_the_rule_and_the_confidences_read_the_untuned_cosines_only() -> None:
     assert {k: round(v, 3) for k, v in confidences(debug).items()} == {"1-1-0": 0.8, "2-1-0": 0.78}
 
 
-@pytest.fixture(scope="module")
-def fitted() -> tuple[Any, dict[str, np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The real multilingual-e5-small, its biases fitted on three English questions over Hebrew pages."""
-    e5 = shipped_e5()
-    texts = list(PAGES.values())
-    passages, pages = e5.encode(texts, is_query=False), np.array(list(PAGES))
-    pairs = [
-        ("How many weeks is maternity leave?", {2}),
-        ("maternity leave length", {2}),
-        ("How long can a new mother stay home from work?", {2}),
-    ]
-    before = e5.encode(["How long is maternity leave?"], is_query=True)
-    biases = fit_biases(e5, pairs * 4, passages, pages)
-    return e5, biases, passages, before
-
-
-def test_fitting_moves_an_unseen_question_towards_its_page(fitted: Any) -> None:
-    e5, biases, passages, before = fitted
-    after = e5.encode(["How long is maternity leave?"], is_query=True)
-    assert float((after @ passages.T)[0, 1]) > float((before @ passages.T)[0, 1])
-    assert all(name.endswith("bias") for name in biases)
-    assert 30_000 < sum(b.size for b in biases.values()) < 60_000  # BitFit: the biases, not the weights
-
-
-def test_the_file_round_trips_into_a_fresh_model_and_a_wrong_one_is_refused(
-    fitted: Any, tmp_path: Path
-) -> None:
-    e5, biases, _, _ = fitted
-    path = tmp_path / "e5-queries.npz"
-    save_biases(path, biases, {"pairs": 12})
-    loaded, about = load_biases(path)
-    assert about == {"pairs": 12} and set(loaded) == set(biases)
-    encoder = TunedE5Queries("multilingual-e5-small", path)
-    encoder.warm_up()
-    question = ["How long is maternity leave?"]
-    assert np.allclose(encoder.embed_queries(question), e5.encode(question, is_query=True), atol=1e-5)
-    assert encoder.dimension == 384
-    name = next(iter(biases))
-    with pytest.raises(ConfigurationError, match="does not fit"):
-        apply_biases(e5, {name: np.zeros(3, dtype=np.float32)})
+def test_a_file_that_is_not_a_biases_file_is_refused_and_fitting_needs_pairs(tmp_path: Path) -> None:
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(ConfigurationError, match="cannot read"):
         load_biases(tmp_path / "bad.npz")
     with pytest.raises(ConfigurationError, match="no \\(question, page\\) pair"):
-        fit_biases(e5, [], np.zeros((1, 384), dtype=np.float32), np.array([1]))
+        fit_biases(cast(TorchE5, None), [], np.zeros((1, 384), dtype=np.float32), np.array([1]))

@@ -40,8 +40,10 @@ async def tune(
     *,
     text_field: str,
     options: TuningOptions | None = None,
+    index: SampleIndex | None = None,
 ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, Any]]:
-    """The fitted biases and what they were fitted on (the file's ``about``)."""
+    """The fitted biases and what they were fitted on (the file's ``about``); ``index``: the pages
+    already indexed (else they are indexed here, and the index closed after)."""
     started = time.perf_counter()
     pairs = [
         (q.question, q.gold_pages)
@@ -49,13 +51,15 @@ async def tune(
         for q in load_questions(path)
         if q.gold_page_id is not None
     ]
-    index = await SampleIndex.build(list(pages_paths))
+    own = index is None
+    built = index or await SampleIndex.build(list(pages_paths))
     try:
-        engine = (await index.engine_with({})).engine
+        engine = (await built.engine_with({})).engine
         e5 = shipped_e5()
         passages, pages = await passage_matrix(engine, e5, pages_paths, text_field)
     finally:
-        await index.close()
+        if own:
+            await built.close()
     o = options or TuningOptions()
     biases = fit_biases(e5, pairs, passages, pages, o)
     about = {
