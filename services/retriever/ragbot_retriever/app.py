@@ -50,6 +50,7 @@ async def build_resources(
     """The composition root: the live index generation with its definition's embedders (warmed in a
     thread) and store, followed when a re-embed switches it (``ragbot_retriever.generations``)."""
     from ragbot.embedders import build_embedders, cached_queries
+    from ragbot.embedders.query_tuning import configured_tuned
     from ragbot.rerankers import configured_reranker
 
     if reranker is None:  # RAGBOT_RETRIEVER_RERANKER_PATH set: rerank by default (default_rerank)
@@ -65,6 +66,10 @@ async def build_resources(
 
     if reranker is not None:
         await asyncio.to_thread(reranker.warm_up)
+    # RAGBOT_RETRIEVER_QUERY_TUNING_PATH: e5's query side tuned on the wiki's questions, for Latin script
+    tuned = configured_tuned(retriever_settings.query_tuning_path, retriever_settings.query_tuning_model)
+    for encoder in tuned.values():
+        await asyncio.to_thread(encoder.warm_up)
     defaults = RetrievalDefaults.from_settings(retriever_settings)
     generations = build_generations(store_settings)
 
@@ -81,6 +86,7 @@ async def build_resources(
             translate_to=retriever_settings.translate_queries_to,
             vocabulary=retriever_settings.translation_vocabulary,
             translation_poll_s=retriever_settings.translation_poll_s,
+            tuned=tuned,
         )
 
     # The live generation, queried with its own definition (the file may already name the next one).

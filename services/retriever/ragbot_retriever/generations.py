@@ -74,6 +74,7 @@ async def serve(
     translate_to: str | None = None,
     vocabulary: int = 20000,
     translation_poll_s: float = 10.0,
+    tuned: Mapping[str, Embedder] | None = None,
 ) -> Serving:
     """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
     definition = definition_for(generation, configured)
@@ -103,6 +104,7 @@ async def serve(
         definition=opened.definition,
         reranker=reranker,
         defaults=defaults,
+        tuned=tuned,
     )
     retrieval_metrics().definition_differs.set(0 if definition is configured else 1)
     if definition is not configured:

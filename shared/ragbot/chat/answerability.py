@@ -148,7 +148,7 @@ def evidence(
     """The features of one turn from the retriever's debug view and the numbered paragraphs' texts; None
     when the debug view holds no branch scores to read (a retriever that does not say)."""
     branches = debug.get("branches") or {}
-    kinds = {name: (b.get("kind") if isinstance(b, Mapping) else None) for name, b in branches.items()}
+    kinds = {name: _kind(b) for name, b in branches.items()}
     dense = {n for n, k in kinds.items() if k == "dense"}
     bm25 = {n for n, k in kinds.items() if k == "bm25"}
     rows = [r for r in (debug.get("fused") or []) if isinstance(r, Mapping)]
@@ -239,10 +239,18 @@ def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     return Decision(answer=value >= rule.threshold, score=value, evidence=ev)
 
 
+def _kind(branch: Any) -> str | None:
+    """A debug branch's kind; a tuned dense branch (``ragbot.retrieval.tuned``) is "tuned": the rule
+    reads the cosines of the untuned twin, searched beside it, on the scale it was fitted on."""
+    if not isinstance(branch, Mapping):
+        return None
+    return "tuned" if branch.get("tuned") else branch.get("kind")
+
+
 def dense_branches(debug: Mapping[str, Any]) -> set[str]:
-    """The retriever's dense branches, those language routing skipped included."""
+    """The retriever's dense branches, those language routing skipped included (tuned ones not)."""
     branches = debug.get("branches") or {}
-    names = {n for n, b in branches.items() if isinstance(b, Mapping) and b.get("kind") == "dense"}
+    names = {n for n, b in branches.items() if _kind(b) == "dense"}
     routing = debug.get("routing") or {}
     for name, route in (routing.get("branches") or {}).items():
         if isinstance(route, Mapping) and route.get("kind") == "dense":

@@ -18,6 +18,7 @@ from typing import Any
 from ragbot.chat.retriever import EngineRetriever
 from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.embedders import build_embedders, cached_queries
+from ragbot.embedders.query_tuning import configured_tuned
 from ragbot.indexing.pipeline import IndexingPipeline, SplitOptions
 from ragbot.ports import Embedder
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
@@ -42,6 +43,7 @@ class SampleIndex:
     pages: int
     index_seconds: float
     translators: dict[str, LexiconTranslator | None] = field(default_factory=dict)
+    tuned: dict[Path, Embedder] = field(default_factory=dict)
 
     @classmethod
     async def build(cls, pages_paths: Sequence[Path], work_dir: Path | None = None) -> SampleIndex:
@@ -88,6 +90,14 @@ class SampleIndex:
                 language=language,
                 limit=configured.translation_vocabulary,
             )
+        tuned: dict[str, Embedder] = {}
+        path = configured.query_tuning_path
+        if path is not None:
+            if path not in self.tuned:
+                (encoder,) = configured_tuned(path, configured.query_tuning_model).values()
+                encoder.warm_up()
+                self.tuned[path] = encoder
+            tuned[configured.query_tuning_model] = self.tuned[path]
         return EngineRetriever(
             RetrievalEngine(
                 store=self.store,
@@ -95,6 +105,7 @@ class SampleIndex:
                 definition=self.definition,
                 defaults=RetrievalDefaults.from_settings(configured),
                 translator=self.translators.get(language) if language else None,
+                tuned=tuned,
             )
         )
 

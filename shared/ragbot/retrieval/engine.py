@@ -31,18 +31,19 @@ from ragbot.retrieval.fusion import (
     fuse_rrf,
     fuse_scores,
     group_ranked,
-    page_order,
 )
 from ragbot.retrieval.results import (
     BM25_BRANCH,
+    TUNED_SUFFIX,
     Branch,
     RetrievalDefaults,
     RetrievalResult,
-    candidate,
+    debug_view,
     strip_vector_fields,
 )
 from ragbot.retrieval.routing import Routing, route_branches
 from ragbot.retrieval.translation import SOURCE_LANGUAGE, LexiconTranslator
+from ragbot.retrieval.tuned import query_model, with_tuned
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
 from ragbot.text.language import ANY_LANGUAGE, detect_language
 
@@ -78,9 +79,15 @@ class RetrievalEngine:
         reranker: Reranker | None = None,
         defaults: RetrievalDefaults | None = None,
         translator: LexiconTranslator | None = None,
+        tuned: Mapping[str, Embedder] | None = None,
     ) -> None:
         self.store = store
         self.embedders = dict(embedders)
+        # Per model, a query encoder tuned on the wiki's own Latin-script questions
+        # (ragbot.embedders.query_tuning): such a question's dense list of that model is searched with
+        # it and fused in the untuned one's place; the untuned list is still searched (weight 0), so
+        # the answerability rule reads the cosines it was fitted on.
+        self.tuned = dict(tuned or {})
         self.definition = definition
         self.reranker = reranker
         self.defaults = defaults or RetrievalDefaults()
@@ -108,7 +115,7 @@ class RetrievalEngine:
         method: FusionMethod = request.fusion or self.defaults.fusion
         routing = self._route(request, self._branches(request, mode))
         translation = await self._translation(query, routing)
-        branches = self._language_weighted(routing, translation)
+        branches = with_tuned(query, self._language_weighted(routing, translation), set(self.tuned))
         rerank = self._wants_rerank(request)
         size = request.retrieval_size
         filters: Filters | None = request.filters
@@ -124,7 +131,7 @@ class RetrievalEngine:
             dense = [b for b in branches if b.kind == "dense"]
             if dense:
                 t0 = time.perf_counter()
-                models = list(dict.fromkeys(b.model for b in dense if b.model is not None))
+                models = list(dict.fromkeys(query_model(b) for b in dense if b.model is not None))
                 # the translator's model embeds the question and its translation in one call
                 texts = {m: [query] for m in models}
                 if translation is not None and translation["model"] in texts:
@@ -136,7 +143,12 @@ class RetrievalEngine:
                 t0 = time.perf_counter()
                 results = await asyncio.gather(
                     *(
-                        self._knn(vector_field=b.name, vector=vectors[b.model or ""], k=size, filters=filters)
+                        self._knn(
+                            vector_field=b.name.removesuffix(TUNED_SUFFIX) if b.tuned else b.name,
+                            vector=vectors[query_model(b)],
+                            k=size,
+                            filters=filters,
+                        )
                         for b in dense
                     )
                 )
@@ -215,50 +227,7 @@ class RetrievalEngine:
 
     def debug(self, result: RetrievalResult) -> dict[str, Any]:
         """The debug view: every branch's candidates with raw scores, the fused list, rerank scores."""
-        branches: dict[str, Any] = {}
-        for b in result.branches:
-            branches[b.name] = {
-                "kind": b.kind,
-                "model": b.model,
-                "field": b.field,
-                "weight": b.weight,
-                "languages": (
-                    list(self.definition.languages_of(VectorField(b.model, b.field)))
-                    if b.model is not None and b.field is not None
-                    else ["*"]
-                ),
-                "dropped_by_threshold": result.dropped_by_threshold.get(b.name, 0),
-                "candidates": [candidate(h) for h in result.candidates.get(b.name, [])],
-            }
-        debug: dict[str, Any] = {
-            "mode": result.mode,
-            "fusion": result.fusion,
-            "rrf_k": result.rrf_k,
-            "branches": branches,
-            "routing": result.routing,
-            "fused": [
-                {
-                    "_id": f.doc_id,
-                    "page_id": f.page_id,
-                    "score": f.score,
-                    "ranks": f.ranks,
-                    "raw_scores": f.raw_scores,
-                }
-                for f in result.fused
-            ],
-            "pages": page_order(result.documents, lambda h: h.page_id),
-            "rerank": None,
-            "translation": result.translation,
-        }
-        if result.rerank_scores is not None:
-            debug["rerank"] = {
-                "scores": [
-                    {"_id": h.doc_id, "page_id": h.page_id, "score": s} for h, s in result.rerank_scores
-                ],
-                "kept": result.rerank_kept,
-                "no_relevant_paragraphs": result.no_relevant_paragraphs,
-            }
-        return debug
+        return debug_view(result, self._branch_languages)
 
     def models_info(self) -> list[dict[str, Any]]:
         """The dense models this engine searches, with their dimensions and vector fields."""
@@ -445,7 +414,8 @@ class RetrievalEngine:
         return {"model": model, "language": translator.language, "words": words} if words else None
 
     async def _embed_rows(self, model: str, texts: list[str]) -> Vector:
-        embedder = self.embedders[model]
+        tuned = model.removesuffix(TUNED_SUFFIX)
+        embedder = self.tuned[tuned] if tuned != model else self.embedders[model]
         return await self._in_thread(
             f"model:{model}", lambda: embedder.embed_queries(texts), self.defaults.embed_timeout_s
         )

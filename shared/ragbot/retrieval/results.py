@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragbot.definition import is_vector_field
 from ragbot.ports import SearchHit
-from ragbot.retrieval.fusion import DEFAULT_RRF_K, FusedHit
+from ragbot.retrieval.fusion import DEFAULT_RRF_K, FusedHit, page_order
 from ragbot.retrieval.translation import CONTEXT_WEIGHT
 from ragbot.schemas.retrieval import FusionMethod, SearchMode
 from ragbot.settings import RetrieverSettings
@@ -68,13 +68,19 @@ class RetrievalDefaults:
 
 @dataclass(frozen=True, slots=True)
 class Branch:
-    """One ranked list the engine fuses: a dense (model, field) search or BM25."""
+    """One ranked list the engine fuses: a dense (model, field) search or BM25. A ``tuned`` dense branch
+    searches the same stored vectors as its untuned twin with the model's tuned query encoder."""
 
     name: str
     kind: Literal["dense", "bm25"]
     weight: float
     model: str | None = None
     field: str | None = None
+    tuned: bool = False
+
+
+# A tuned branch's name: its twin's, with this after it.
+TUNED_SUFFIX = "@tuned"
 
 
 @dataclass(slots=True)
@@ -120,3 +126,47 @@ def candidate(hit: SearchHit, title_field: str = "title") -> dict[str, Any]:
         "page_id": hit.page_id,
         "paragraph": hit.source.get("paragraph"),
     }
+
+
+def debug_view(result: RetrievalResult, languages_of: Callable[[Branch], Sequence[str]]) -> dict[str, Any]:
+    """The debug view of a retrieval: every branch's candidates with raw scores (``languages_of``: the
+    languages a branch's vectors serve), the fused list, the rerank scores."""
+    branches: dict[str, Any] = {}
+    for b in result.branches:
+        branches[b.name] = {
+            "kind": b.kind,
+            "model": b.model,
+            "field": b.field,
+            "weight": b.weight,
+            "languages": list(languages_of(b)),
+            "tuned": b.tuned,
+            "dropped_by_threshold": result.dropped_by_threshold.get(b.name, 0),
+            "candidates": [candidate(h) for h in result.candidates.get(b.name, [])],
+        }
+    debug: dict[str, Any] = {
+        "mode": result.mode,
+        "fusion": result.fusion,
+        "rrf_k": result.rrf_k,
+        "branches": branches,
+        "routing": result.routing,
+        "fused": [
+            {
+                "_id": f.doc_id,
+                "page_id": f.page_id,
+                "score": f.score,
+                "ranks": f.ranks,
+                "raw_scores": f.raw_scores,
+            }
+            for f in result.fused
+        ],
+        "pages": page_order(result.documents, lambda h: h.page_id),
+        "rerank": None,
+        "translation": result.translation,
+    }
+    if result.rerank_scores is not None:
+        debug["rerank"] = {
+            "scores": [{"_id": h.doc_id, "page_id": h.page_id, "score": s} for h, s in result.rerank_scores],
+            "kept": result.rerank_kept,
+            "no_relevant_paragraphs": result.no_relevant_paragraphs,
+        }
+    return debug

@@ -101,6 +101,11 @@ class BranchDebug(BaseModel):
     field: str | None = None
     weight: float | None = None
     languages: list[str] = Field(default_factory=list, description="languages its model serves; * any")
+    tuned: bool = Field(
+        default=False,
+        description="searched with the model's query encoder tuned on the wiki's questions (its untuned "
+        "twin, searched at weight 0, keeps the cosines the answerability rule reads)",
+    )
     dropped_by_threshold: int = Field(default=0, description="dense hits under paragraph_relevance_threshold")
     candidates: list[Candidate] = Field(default_factory=list)
 

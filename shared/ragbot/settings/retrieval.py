@@ -69,6 +69,17 @@ class RetrieverSettings(BaseSettings):
     # Among a word's best corpus words, the weight of each one's cosine to the whole question (0: the
     # nearest word alone, whatever the question says).
     translation_context: float = Field(default=0.5, ge=0.0, le=10.0)
+    # A file `ragbot tune-queries` wrote (ragbot.embedders.query_tuning): the model's query side tuned on
+    # the wiki's own questions. Latin-script questions then search that model's vectors with it, the
+    # untuned list kept for the answerability rule (ragbot.retrieval.tuned). Empty: off.
+    query_tuning_path: Path | None = None
+    query_tuning_model: str = "multilingual-e5-small"
+
+    @field_validator("query_tuning_path", mode="before")
+    @classmethod
+    def _path_or_off(cls, value: object) -> object:
+        """An empty value turns query tuning off."""
+        return None if value in ("", None) else value
 
     @field_validator("translate_queries_to")
     @classmethod
