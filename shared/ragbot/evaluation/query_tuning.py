@@ -54,7 +54,7 @@ async def tune(
     own = index is None
     built = index or await SampleIndex.build(list(pages_paths))
     try:
-        engine = (await built.engine_with({})).engine
+        engine = (await built.engine_with({"translate_queries_to": None})).engine  # no lexicon needed
         e5 = shipped_e5()
         passages, pages = await passage_matrix(engine, e5, pages_paths, text_field)
     finally:
