@@ -68,8 +68,11 @@ async def build_resources(
         await asyncio.to_thread(reranker.warm_up)
     # RAGBOT_RETRIEVER_QUERY_TUNING_PATH: e5's query side tuned on the wiki's questions, for Latin script
     tuned = configured_tuned(retriever_settings.query_tuning_path, retriever_settings.query_tuning_model)
-    for encoder in tuned.values():
+    for model, encoder in tuned.items():
         await asyncio.to_thread(encoder.warm_up)
+        logger.info(
+            "Latin-script questions search %s with the query encoder tuned in %s", model, encoder.path
+        )
     defaults = RetrievalDefaults.from_settings(retriever_settings)
     generations = build_generations(store_settings)
 
