@@ -26,8 +26,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from bench.answers.sets import WHOLE_SETS, set_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +39,8 @@ async def run() -> dict[str, float]:
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.embedders.query_tuning import TunedE5Queries, fit_biases, shipped_e5
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
-    from ragbot.evaluation.sample_index import SampleIndex, load_pages
+    from ragbot.evaluation.query_tuning import passage_matrix
+    from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
     from ragbot.settings import get_chat_settings
@@ -59,14 +58,7 @@ async def run() -> dict[str, float]:
     try:
         retriever = await index.engine_with({})
         engine = retriever.engine
-        texts: list[str] = []
-        pages: list[int] = []
-        for page in {int(r["page_id"]) for path in DEFAULT_PAGES for r in load_pages(path)}:
-            for doc in await engine.page_documents(page):
-                texts.append(str(doc.get(settings.document_text_field) or ""))
-                pages.append(page)
-        passages = e5.encode(texts, is_query=False)
-        page_ids = np.array(pages)
+        passages, page_ids = await passage_matrix(engine, e5, DEFAULT_PAGES, settings.document_text_field)
         names = list(files)
         for fold in range(FOLDS):
             held = set(names[fold::FOLDS])

@@ -44,7 +44,7 @@ from ragbot.chat.pair_gate import best_probability, configured_gate
 from ragbot.chat.quote import TurnSentences
 from ragbot.chat.schemas import Source
 from ragbot.prompts import detect_language
-from ragbot.schemas.retrieval import RetrieveResponse
+from ragbot.schemas.retrieval import RetrieveResponse, read_kind
 from ragbot.settings import ChatSettings
 from ragbot.text import analyze
 
@@ -148,7 +148,7 @@ def evidence(
     """The features of one turn from the retriever's debug view and the numbered paragraphs' texts; None
     when the debug view holds no branch scores to read (a retriever that does not say)."""
     branches = debug.get("branches") or {}
-    kinds = {name: _kind(b) for name, b in branches.items()}
+    kinds = {name: read_kind(b) for name, b in branches.items()}
     dense = {n for n, k in kinds.items() if k == "dense"}
     bm25 = {n for n, k in kinds.items() if k == "bm25"}
     rows = [r for r in (debug.get("fused") or []) if isinstance(r, Mapping)]
@@ -239,18 +239,10 @@ def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     return Decision(answer=value >= rule.threshold, score=value, evidence=ev)
 
 
-def _kind(branch: Any) -> str | None:
-    """A debug branch's kind; a tuned dense branch (``ragbot.retrieval.tuned``) is "tuned": the rule
-    reads the cosines of the untuned twin, searched beside it, on the scale it was fitted on."""
-    if not isinstance(branch, Mapping):
-        return None
-    return "tuned" if branch.get("tuned") else branch.get("kind")
-
-
 def dense_branches(debug: Mapping[str, Any]) -> set[str]:
     """The retriever's dense branches, those language routing skipped included (tuned ones not)."""
     branches = debug.get("branches") or {}
-    names = {n for n, b in branches.items() if _kind(b) == "dense"}
+    names = {n for n, b in branches.items() if read_kind(b) == "dense"}
     routing = debug.get("routing") or {}
     for name, route in (routing.get("branches") or {}).items():
         if isinstance(route, Mapping) and route.get("kind") == "dense":

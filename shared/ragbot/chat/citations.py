@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ragbot.chat.schemas import Source
+from ragbot.schemas.retrieval import read_kind
 
 _CITATION = re.compile(r"\[\s*(\d{1,4}(?:\s*[,;]\s*\d{1,4})*)\s*\]")
 
@@ -45,11 +46,7 @@ def confidences(debug: Mapping[str, Any]) -> dict[str, float]:
         probabilities = all(0.0 <= v <= 1.0 for v in scores.values())
         return {k: v if probabilities else _sigmoid(v) for k, v in scores.items()}
     branches = debug.get("branches") or {}
-    dense = {  # a tuned branch's cosines are on another scale (ragbot.retrieval.tuned)
-        name
-        for name, b in branches.items()
-        if isinstance(b, Mapping) and b.get("kind") == "dense" and not b.get("tuned")
-    }
+    dense = {name for name, b in branches.items() if read_kind(b) == "dense"}
     for row in debug.get("fused") or []:
         raw = row.get("raw_scores") or {}
         cosines = [float(v) - 1.0 for k, v in raw.items() if k in dense]

@@ -17,13 +17,13 @@ import json
 import random
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragbot.embedders.e5_torch import QUERY_PREFIX, TorchE5, packaged_e5_file
+from ragbot.embedders.e5_torch import QUERY_PREFIX, TorchE5, _pad, packaged_e5_file
 from ragbot.errors import ConfigurationError
 from ragbot.ports import Vector
 
@@ -65,9 +65,8 @@ def _query_vectors(e5: TorchE5, texts: Sequence[str]) -> Any:
     rows = [
         [tok.bos, *ids[:_QUERY_TOKENS], tok.eos] for ids in tok.content_ids([QUERY_PREFIX + t for t in texts])
     ]
-    width = max(len(r) for r in rows)
-    ids = np.array([r + [0] * (width - len(r)) for r in rows], dtype=np.int64)
-    mask = torch.from_numpy(np.array([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=np.int64))
+    ids, padding = _pad(rows)
+    mask = torch.from_numpy(padding)
     hidden = e5._model(
         inputs_embeds=torch.from_numpy(e5._embeddings(ids)), attention_mask=mask
     ).last_hidden_state
@@ -205,17 +204,8 @@ class TunedE5Queries:
         with self._lock:
             self._e5 = None
 
-    def describe(self) -> dict[str, Any]:
-        """What the file says it was fitted on (for logs and /v1/models)."""
-        return {"path": str(self.path), **self.about}
-
 
 def configured_tuned(path: Path | None, model: str) -> dict[str, TunedE5Queries]:
     """The tuned query encoder ``RAGBOT_RETRIEVER_QUERY_TUNING_PATH`` names, by its model (none: {});
     not loaded yet."""
     return {} if path is None else {model: TunedE5Queries(model, path)}
-
-
-def options_dict(options: TuningOptions) -> dict[str, Any]:
-    """The options as JSON-ready values (written into the file's ``about``)."""
-    return asdict(options)

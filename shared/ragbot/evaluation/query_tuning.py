@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragbot.embedders.e5_torch import TorchE5
-from ragbot.embedders.query_tuning import TuningOptions, fit_biases, options_dict, shipped_e5
+from ragbot.embedders.query_tuning import TuningOptions, fit_biases, shipped_e5
 from ragbot.evaluation.answers import load_questions
 from ragbot.evaluation.sample_index import SampleIndex, load_pages
 from ragbot.retrieval import RetrievalEngine
@@ -68,7 +69,7 @@ async def tune(
         "pages": [p.name for p in pages_paths],
         "pairs": len(pairs),
         "paragraphs": len(pages),
-        "options": options_dict(o),
+        "options": asdict(o),
         "seconds": round(time.perf_counter() - started, 1),
     }
     return biases, about

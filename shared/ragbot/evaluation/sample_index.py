@@ -18,7 +18,7 @@ from typing import Any
 from ragbot.chat.retriever import EngineRetriever
 from ragbot.definition import DocumentDefinition, load_definition
 from ragbot.embedders import build_embedders, cached_queries
-from ragbot.embedders.query_tuning import configured_tuned
+from ragbot.embedders.query_tuning import TunedE5Queries
 from ragbot.indexing.pipeline import IndexingPipeline, SplitOptions
 from ragbot.ports import Embedder
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
@@ -94,7 +94,7 @@ class SampleIndex:
         path = configured.query_tuning_path
         if path is not None:
             if path not in self.tuned:
-                (encoder,) = configured_tuned(path, configured.query_tuning_model).values()
+                encoder = TunedE5Queries(configured.query_tuning_model, path)
                 encoder.warm_up()
                 self.tuned[path] = encoder
             tuned[configured.query_tuning_model] = self.tuned[path]

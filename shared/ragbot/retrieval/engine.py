@@ -43,7 +43,7 @@ from ragbot.retrieval.results import (
 )
 from ragbot.retrieval.routing import Routing, route_branches
 from ragbot.retrieval.translation import SOURCE_LANGUAGE, LexiconTranslator
-from ragbot.retrieval.tuned import query_model, with_tuned
+from ragbot.retrieval.tuned import query_model, searched_field, with_tuned
 from ragbot.schemas.retrieval import FusionMethod, RetrieveRequest, RetrieveResponse, SearchMode
 from ragbot.text.language import ANY_LANGUAGE, detect_language
 
@@ -144,7 +144,7 @@ class RetrievalEngine:
                 results = await asyncio.gather(
                     *(
                         self._knn(
-                            vector_field=b.name.removesuffix(TUNED_SUFFIX) if b.tuned else b.name,
+                            vector_field=searched_field(b),
                             vector=vectors[query_model(b)],
                             k=size,
                             filters=filters,

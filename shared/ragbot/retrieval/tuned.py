@@ -34,3 +34,8 @@ def query_model(branch: Branch) -> str:
     """The key of the encoder that embeds the question for ``branch``: its model's, tuned or not."""
     model = branch.model or ""
     return model + TUNED_SUFFIX if branch.tuned else model
+
+
+def searched_field(branch: Branch) -> str:
+    """The stored vector field ``branch`` searches: its own name, or its untuned twin's."""
+    return branch.name.removesuffix(TUNED_SUFFIX) if branch.tuned else branch.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -108,6 +109,16 @@ class BranchDebug(BaseModel):
     )
     dropped_by_threshold: int = Field(default=0, description="dense hits under paragraph_relevance_threshold")
     candidates: list[Candidate] = Field(default_factory=list)
+
+
+def read_kind(branch: object) -> str | None:
+    """A debug branch's kind as the chat reads scores: "dense", "bm25", or "tuned" for a dense branch
+    searched with a tuned query encoder (its cosines are on another scale than those the chat's rule,
+    gate and confidences were fitted on; its untuned twin is searched beside it)."""
+    if not isinstance(branch, Mapping):
+        return None
+    kind = branch.get("kind")
+    return "tuned" if branch.get("tuned") else (kind if isinstance(kind, str) else None)
 
 
 class FusedRow(BaseModel):
