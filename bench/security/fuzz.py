@@ -1,5 +1,5 @@
 """The fuzz figures of the security benchmark: Schemathesis against ingest, the retriever and chat as real
-processes, each for a fixed time budget (``BUDGET_S``, 45 s; the fuzz tests of ``make test`` spend 30 s).
+processes, each for a fixed time budget (``BUDGET_S``, 45 s; the fuzz tests of ``make test`` spend 15 s).
 
 ``fuzz_cases`` counts the test cases Schemathesis generated and sent, over all three services;
 ``fuzz_5xx`` the responses with a status of 500 or more (target 0). Redis comes from

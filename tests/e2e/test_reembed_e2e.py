@@ -21,6 +21,7 @@ def test_queries_and_pings_throughout_a_reembed(
         tmp=tmp_path_factory.mktemp(f"reembed-{backend}"),
         pages=10,
         timeout_s=900.0,
+        page_chars=1500,  # the generations' switch is the subject, not embedding speed (bench/operations)
     )
     report = f"{figures}"
     assert figures.reembed_exit == 0, report

@@ -302,7 +302,7 @@ def test_kill_9_of_the_worker_mid_batch_of_pings_loses_no_page(stack: Stack) -> 
     page_ids = [810_000 + n for n in range(12)]
     stack.worker.stop()  # the pings pile up in the queue, as in a storm
     for page_id in page_ids:
-        stack.wiki.put({**_big_page(page_id, 3, paragraphs=24), "page_id": page_id})
+        stack.wiki.put({**_big_page(page_id, 3, paragraphs=10), "page_id": page_id})
     jobs = []
     for page_id in page_ids:
         response = stack.ingest.post("/v1/pages/changed", json=stack.wiki.ping(page_id))

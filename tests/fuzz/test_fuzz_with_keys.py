@@ -12,7 +12,7 @@ from support.fuzz import SERVICES, FuzzStack, fuzz_stack, har_exchanges, run_sch
 pytestmark = [pytest.mark.fuzz, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 # Enough for hundreds of refused cases per service: a refusal costs no model and no store.
-BUDGET_S = 8
+BUDGET_S = 5
 OPEN = {"/healthz", "/readyz"}
 UNMATCHED = '{"detail":"Not Found"}'  # Starlette's answer when no route matches the path
 

@@ -66,20 +66,34 @@ def word(page_id: int) -> str:
     return f"zq{page_id}x"
 
 
-def make_pages(count: int) -> list[dict[str, Any]]:
-    """``count`` pages from the Kol-Zchut samples, each with its own id and word."""
+def leading_paragraphs(content: str, max_chars: int | None) -> str:
+    """The page's first paragraphs up to ``max_chars`` characters (at least one); all with None."""
+    if max_chars is None:
+        return content
+    kept: list[str] = []
+    for paragraph in content.split("\n\n"):
+        if kept and sum(len(k) + 2 for k in kept) + len(paragraph) > max_chars:
+            break
+        kept.append(paragraph)
+    return "\n\n".join(kept)
+
+
+def make_pages(count: int, *, max_chars: int | None = None) -> list[dict[str, Any]]:
+    """``count`` pages from the Kol-Zchut samples, each with its own id and word (each sample cut to its
+    first ``max_chars`` characters of paragraphs when given)."""
     samples = load_pages(SAMPLES)
     pages = []
     for n in range(count):
         base = samples[n % len(samples)]
         page_id = FIRST_PAGE + n
+        content = leading_paragraphs(base["content"], max_chars)
         pages.append(
             {
                 **base,
                 "page_id": page_id,
                 "revision_id": 1,
                 "title": f"{base['title']} {n}",
-                "content": f"{base['content']}\n\nמילה {word(page_id)} בעמוד {n}.",
+                "content": f"{content}\n\nמילה {word(page_id)} בעמוד {n}.",
             }
         )
     return pages
@@ -248,14 +262,16 @@ def run(
     ping_pause_s: float = 1.0,
     query_pause_s: float = 0.1,
     timeout_s: float = 300.0,
+    page_chars: int | None = None,
 ) -> Figures:
-    """The whole scenario; the stack is always torn down."""
+    """The whole scenario (pages cut to ``page_chars`` characters when given); the stack is always torn
+    down."""
     figures = Figures(pages=pages)
     stack = Stack(backend=backend, redis_url=redis_url, es_url=es_url, tmp=tmp)
     # Every page may come back: an answer without the page means the page was not searchable in
     # the generation queried (ranking among pages is the retrieval benches' subject, not this one's).
     stack.answer_pages = min(pages, 100)
-    records = make_pages(pages)
+    records = make_pages(pages, max_chars=page_chars)
     for page in records:
         stack.wiki.put(page)
     try:
