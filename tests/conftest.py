@@ -14,6 +14,7 @@ import httpx
 import pytest
 import redis
 from support.mediawiki import WikiSession
+from support.processes import run_services_on_onnx
 
 from ragbot.dev.services import ServicesConfig
 
@@ -26,6 +27,9 @@ os.environ.setdefault("RAGBOT_RATE_LIMIT_ENABLED", "false")
 # except where a test sets the list itself (tests/integration/test_hostile_auth.py,
 # tests/e2e/test_auth_e2e.py).
 os.environ.setdefault("RAGBOT_HTTP_TRUSTED_HOSTS", '["*"]')
+# Service processes load all-MiniLM-L6-v2 from an ONNX export, as the CPU images do: each start then skips
+# about 14 s of importing sentence-transformers (support.processes.run_services_on_onnx).
+run_services_on_onnx()
 
 # tests/compose drives the Docker stack that `make test-compose` boots; `make test` does not collect it.
 collect_ignore_glob = [] if os.environ.get("RAGBOT_TEST_COMPOSE") == "1" else ["compose/*"]

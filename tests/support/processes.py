@@ -3,7 +3,11 @@ environment every test stack gives them and the clean-up of what a run left in R
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,7 +21,9 @@ __all__ = [
     "delete_es_prefix",
     "delete_redis_prefix",
     "free_port",
+    "exported_models",
     "local_service",
+    "run_services_on_onnx",
     "service_env",
     "stack_env",
     "stack_processes",
@@ -34,11 +40,49 @@ _PROCESSES = {
 }
 
 
+# The sentence-transformers model of the shipped definition that child processes of the tests load from
+# an ONNX export (``run_services_on_onnx``); e5 stays packaged.
+ONNX_MODELS = ("all-MiniLM-L6-v2",)
+_services_on_onnx = False
+
+
+def run_services_on_onnx() -> None:
+    """From now on, processes started with ``service_env`` load all-MiniLM-L6-v2 from an ONNX export
+    (``exported_models``), as the CPU images do (deploy/Dockerfile), unless their environment names a
+    ``RAGBOT_MODELS_LOCATION`` of its own. tests/conftest.py turns this on; the benches leave it off.
+
+    Importing sentence-transformers costs a process about 14 s of CPU on two cores (torch, scipy,
+    sklearn, sympy); ONNX Runtime about one. The retriever's queries run on ONNX either way
+    (``query_runtime`` "auto"), so what changes is the worker's passages, which agree with torch's to a
+    cosine of 0.9999 (tests/unit/test_onnx_folder.py); the in-process tests keep torch."""
+    global _services_on_onnx
+    _services_on_onnx = True
+
+
+@functools.cache
+def exported_models() -> Path:
+    """A folder holding ``ONNX_MODELS`` exported by ``ragbot export-onnx``'s code, made once per test
+    process (a few seconds) and removed when it exits."""
+    from ragbot.embedders import resolve_model
+    from ragbot.embedders.onnx_folder import export_sentence_transformer
+    from ragbot.settings import ModelSettings
+
+    folder = Path(tempfile.mkdtemp(prefix="ragbot-test-onnx-"))
+    atexit.register(shutil.rmtree, folder, True)
+    packaged = ModelSettings(models_location=None, device="cpu")
+    for name in ONNX_MODELS:
+        spec = resolve_model(name, settings=packaged)
+        assert spec.path is not None, f"{name} is not a packaged sentence-transformers model"
+        export_sentence_transformer(spec.path, folder / name)
+    return folder
+
+
 def service_env(overrides: Mapping[str, str]) -> dict[str, str]:
     """Ours, offline, with JSON logs and no inherited Prometheus directory, plus ``overrides``.
 
     A real process answers only the hosts a deployment's default does (loopback), not the in-process
-    tests' any (tests/conftest.py), unless ``overrides`` say otherwise."""
+    tests' any (tests/conftest.py), unless ``overrides`` say otherwise. Under ``run_services_on_onnx``
+    it loads all-MiniLM-L6-v2 from ``exported_models``."""
     env = {
         **{k: v for k, v in os.environ.items() if k != "RAGBOT_HTTP_TRUSTED_HOSTS"},
         "HF_HUB_OFFLINE": "1",
@@ -48,6 +92,8 @@ def service_env(overrides: Mapping[str, str]) -> dict[str, str]:
         **overrides,
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if _services_on_onnx and "RAGBOT_MODELS_LOCATION" not in env:
+        env["RAGBOT_MODELS_LOCATION"] = str(exported_models())
     return env
 
 
