@@ -8,6 +8,7 @@ import functools
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -73,7 +74,9 @@ def exported_models() -> Path:
     for name in ONNX_MODELS:
         spec = resolve_model(name, settings=packaged)
         assert spec.path is not None, f"{name} is not a packaged sentence-transformers model"
-        export_sentence_transformer(spec.path, folder / name)
+        with warnings.catch_warnings():  # torch's tracer notes on transformers' code, as in `export-onnx`
+            warnings.simplefilter("ignore")
+            export_sentence_transformer(spec.path, folder / name)
     return folder
 
 
