@@ -36,7 +36,7 @@ from support.processes import (
 
 SERVICES = ("ingest", "retriever", "chat")
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance")
-# Seconds of fuzzing per service in `make test` (about 500 to 1,200 cases each on two cores): with the
+# Seconds of fuzzing per service in `make test` (about 400 to 1,500 cases each on two cores): with the
 # start (about 50 s on a loaded 2-core machine) and each run's spec loading, the fuzz stage stays within 2
 # minutes, and the suite within its 20. The benchmark (bench/security/fuzz.py) hunts longer (45 s).
 TEST_BUDGET_S = 15

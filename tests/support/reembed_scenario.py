@@ -71,8 +71,10 @@ def leading_paragraphs(content: str, max_chars: int | None) -> str:
     if max_chars is None:
         return content
     kept: list[str] = []
+    length = 0
     for paragraph in content.split("\n\n"):
-        if kept and sum(len(k) + 2 for k in kept) + len(paragraph) > max_chars:
+        length += len(paragraph) + (2 if kept else 0)
+        if kept and length > max_chars:
             break
         kept.append(paragraph)
     return "\n\n".join(kept)
