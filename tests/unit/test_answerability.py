@@ -22,8 +22,13 @@ from ragbot.chat.answerability import (
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.prompts import PromptLibrary
+from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
-from ragbot.settings.chat import ABSTENTION_RULE, ABSTENTION_RULE_CROSS_LANGUAGE
+from ragbot.settings.chat import (
+    ABSTENTION_RULE,
+    ABSTENTION_RULE_CROSS_LANGUAGE,
+    ABSTENTION_RULE_CROSS_LANGUAGE_TUNED,
+)
 
 
 def _row(doc_id: str, page: int, **raw: float) -> dict[str, Any]:
@@ -53,6 +58,31 @@ def test_evidence_reads_page_gaps_agreement_and_key_term_coverage() -> None:
     assert ev.coverage == 1.0 and ev.sentence_top == 0.93 and ev.cross_language == 0.0
     # a retriever whose debug view has no branch scores gives no evidence: nothing is decided
     assert evidence(question="q", debug={}, paragraphs=["p"]) is None
+
+
+TUNED_DEBUG = {
+    "branches": {
+        "e5": {"kind": "dense"},
+        "e5@tuned": {"kind": "dense", "tuned": True},
+        "bm25": {"kind": "bm25"},
+    },
+    "fused": [
+        _row("1-1-0", 1, **{"e5": 1.80, "e5@tuned": 1.60, "bm25": 12.0}),
+        _row("2-1-0", 2, **{"e5": 1.84, "e5@tuned": 1.40, "bm25": 4.0}),
+    ],
+}
+
+
+def test_evidence_reads_the_tuned_lists_apart_from_their_untuned_twins() -> None:
+    paragraphs = ["The maternity grant is paid once."]
+    ev = evidence(question="maternity grant", debug=TUNED_DEBUG, paragraphs=paragraphs)
+    assert ev is not None
+    # untuned: page 2 is dense's best (0.84), BM25's is page 1, so they disagree
+    assert round(ev.dense_top, 3) == 0.84 and round(ev.dense_gap, 3) == 0.04 and ev.agree == 0
+    # tuned: page 1 at 0.60 stands 0.20 above page 2
+    assert round(ev.tuned_top, 3) == 0.6 and round(ev.tuned_gap, 3) == 0.2
+    plain = evidence(question="maternity grant", debug=DEBUG, paragraphs=paragraphs)
+    assert plain is not None and plain.tuned_top == 0.0 and plain.tuned_gap == 0.0
 
 
 def test_key_terms_leave_out_function_words_and_match_hebrew_prefixes() -> None:
@@ -155,3 +185,54 @@ def test_a_question_asking_an_amount_its_sources_never_state_abstains_even_when_
     done = events[-1]
     assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
     assert events[0].debug["answerability"]["reason"] == "rule"  # type: ignore[union-attr]
+
+
+class TunedRetriever(StaticRetriever):
+    """The fake retriever, as if it had also searched its dense list with a tuned query encoder."""
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
+        response = await super().retrieve(request)
+        debug = response.debug.model_dump()
+        debug["branches"]["content_m_vectors@tuned"] = {"kind": "dense", "tuned": True}
+        for row, cosine in zip(debug["fused"], (0.55, 0.35), strict=False):
+            row["raw_scores"]["content_m_vectors@tuned"] = 1.0 + cosine
+        return response.model_copy(update={"debug": type(response.debug).model_validate(debug)})
+
+
+def test_a_cross_language_question_searched_tuned_is_decided_by_the_tuned_rule() -> None:
+    docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
+    untuned_answers = {"bias": -0.5, "dense_top": 1.0, "threshold": 0.0}  # cosine 0.6 >= 0.5
+    tuned_abstains = {"bias": -0.6, "tuned_top": 1.0, "threshold": 0.0}  # tuned cosine 0.55 < 0.6
+
+    def turn(retriever: StaticRetriever, tuned_rule: dict[str, float] | None) -> tuple[dict[str, Any], int]:
+        """The turn's decision, and how many times it called the LLM (strict mode: once when answering)."""
+        settings = ChatSettings(
+            _env_file=None,
+            abstention_rule=untuned_answers,
+            abstention_rule_cross_language=untuned_answers,
+            abstention_rule_cross_language_tuned=tuned_rule,
+            abstention_branches=[],
+        )
+        llm = ScriptedLLM()
+        pipeline = ChatPipeline(llm=llm, retriever=retriever, prompts=PromptLibrary(), settings=settings)
+        request = ChatRequest(question="Who is entitled to annual leave?", mode="strict", language="en")
+
+        async def collect() -> list[ChatEvent]:
+            return [e async for e in pipeline.run(request)]
+
+        events = asyncio.run(collect())
+        return events[0].debug["answerability"], len(llm.calls)  # type: ignore[union-attr]
+
+    decision, calls = turn(TunedRetriever(docs, [0.6, 0.5]), tuned_abstains)
+    assert decision["answer"] is False and calls == 0
+    assert decision["evidence"]["tuned_top"] == 0.55 and decision["evidence"]["dense_top"] == 0.6
+    assert decision["evidence"]["cross_language"] == 1.0
+    # no tuned rule set: the same turn is decided by the cross-language rule, and answers
+    decision, calls = turn(TunedRetriever(docs, [0.6, 0.5]), None)
+    assert decision["answer"] is True and calls == 1
+    # a retriever that searched no tuned list: the tuned rule is not used, the usual rule decides
+    decision, calls = turn(StaticRetriever(docs, [0.6, 0.5]), tuned_abstains)
+    assert decision["answer"] is True and calls == 1
+    # the shipped tuned rule reads the tuned cosine
+    assert ABSTENTION_RULE_CROSS_LANGUAGE_TUNED["tuned_top"] > 0
+    assert set(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED) <= set(AbstentionRule.__slots__)

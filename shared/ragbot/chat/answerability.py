@@ -15,7 +15,10 @@ the turn already has, with no extra model call:
 - ``sentence_top``: the best sentence score of the quote mode's scorer (the retriever's model, question
   against each sentence of the sources, ``ragbot.chat.quote.score``);
 - ``cross_language``: 1 when the question is not in the best paragraph's language (coverage then says
-  nothing, and cosines across languages run lower).
+  nothing, and cosines across languages run lower);
+- ``tuned_top``, ``tuned_gap``: ``dense_top`` and ``dense_gap`` read on the lists the retriever searched
+  with a tuned query encoder (``ragbot.retrieval.tuned``; 0 when it searched none). The other dense
+  features always read the untuned lists.
 
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
@@ -25,7 +28,9 @@ best paragraph gets its own rule when one is given (``rule_for``): across langua
 mean other things (e5's cosines run lower, BM25 and key terms match nothing, and the best page's dense
 gap even ranks the other way), so one line fitted on both language pairs served neither. The chat
 pipeline asks it in ``strict`` and ``quote`` mode (the Kol-Zchut routes use those): an abstention
-answers "I did not find this" and lists the closest pages as related, not as an answer.
+answers "I did not find this" and lists the closest pages as related, not as an answer. A question in
+another language than its best paragraph that the retriever also searched with a tuned query encoder
+gets the tuned rule (``abstention_rule_cross_language_tuned``), fitted on such turns.
 
 A turn the rule would answer still abstains when the question asks an amount or a duration and no
 source sentence close to the best states one (``ragbot.chat.answer_kind``, ``answer_kind_margin``):
@@ -114,6 +119,8 @@ class Evidence:
     coverage: float
     sentence_top: float = 0.0
     cross_language: float = 0.0
+    tuned_top: float = 0.0
+    tuned_gap: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The features by name, rounded for debug and reports."""
@@ -153,6 +160,7 @@ def evidence(
     bm25 = {n for n, k in kinds.items() if k == "bm25"}
     rows = [r for r in (debug.get("fused") or []) if isinstance(r, Mapping)]
     dense_pages = _page_best(rows, dense, offset=1.0)
+    tuned_pages = _page_best(rows, {n for n, k in kinds.items() if k == "tuned"}, offset=1.0)
     bm25_pages = _page_best(rows, bm25, offset=0.0)
     if not dense_pages and not bm25_pages:
         return None
@@ -175,6 +183,8 @@ def evidence(
         cross_language=float(
             bool(paragraphs) and detect_language(question) != detect_language(paragraphs[0])
         ),
+        tuned_top=tuned_pages[0] if tuned_pages else 0.0,
+        tuned_gap=tuned_pages[0] - tuned_pages[1] if len(tuned_pages) > 1 else 0.0,
     )
 
 
@@ -190,6 +200,8 @@ class AbstentionRule:
     coverage: float = 0.0
     sentence_top: float = 0.0
     cross_language: float = 0.0
+    tuned_top: float = 0.0
+    tuned_gap: float = 0.0
     threshold: float = -math.inf
 
     def score(self, ev: Evidence) -> float:
@@ -203,6 +215,8 @@ class AbstentionRule:
             + self.coverage * ev.coverage
             + self.sentence_top * ev.sentence_top
             + self.cross_language * ev.cross_language
+            + self.tuned_top * ev.tuned_top
+            + self.tuned_gap * ev.tuned_gap
         )
 
 
@@ -281,6 +295,9 @@ async def assess(
     rule = rule_for(
         ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
     )
+    tuned_rule = settings.abstention_rule_cross_language_tuned
+    if tuned_rule is not None and ev.cross_language and ev.tuned_top:
+        rule = AbstentionRule(**tuned_rule)  # the retriever also searched with a tuned query encoder
     decision = decide(ev, rule)
     if not decision.answer:
         return decision

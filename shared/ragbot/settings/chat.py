@@ -90,6 +90,18 @@ ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED_BM25: dict[str, float] = {
 # default), passed the check written before the fifth held-out set was read (docs/benchmarks.md).
 ABSTENTION_RULE = ABSTENTION_RULE_SAME_LANGUAGE_TRANSLATED_BM25
 ABSTENTION_RULE_CROSS = ABSTENTION_RULE_CROSS_LANGUAGE_TRANSLATED_BM25
+# For a cross-language turn the retriever also searched with e5's query side tuned on the wiki's
+# questions (RAGBOT_RETRIEVER_QUERY_TUNING_PATH): bench/answers/query_tuning.py fitted it on out-of-fold
+# tuned turns of the 14 read question files (bench/results/query_tuning_fit.json, "candidate"), its
+# threshold abstaining on as many of their unanswerable questions as the rule above does untuned.
+ABSTENTION_RULE_CROSS_LANGUAGE_TUNED: dict[str, float] = {
+    "bias": -71.295706,
+    "dense_top": 45.384329,
+    "tuned_top": 4.667287,
+    "sentence_top": 34.256333,
+    "coverage": 10.343259,
+    "threshold": -0.395403,
+}
 # The same retrieval, fitted on 281 questions: the tuning half and the sets already read (the held-out
 # half, abstention_questions_fresh.json and _fresh3.json): --fit --fit-spent --translate chose every
 # feature, L2 5, target 0.95 (bench/results/abstention_fit_pooled.json); judged on _fresh4.json.
@@ -219,6 +231,12 @@ class ChatSettings(LLMSettings):
     # The rule for a question in another language than its best paragraph (None: the rule above for both).
     abstention_rule_cross_language: dict[str, float] | None = Field(
         default_factory=lambda: dict(ABSTENTION_RULE_CROSS)
+    )
+    # The rule for a question in another language than its best paragraph that the retriever also
+    # searched with a tuned query encoder (RAGBOT_RETRIEVER_QUERY_TUNING_PATH): it weighs the tuned
+    # list's best cosine (tuned_top) beside the untuned one's. None: the cross-language rule above.
+    abstention_rule_cross_language_tuned: dict[str, float] | None = Field(
+        default_factory=lambda: dict(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED)
     )
     # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with
     # other branches the rule does not decide (empty: decide with any).
