@@ -52,6 +52,9 @@ DEFAULT_REDIS_PORT = 6379
 DEFAULT_MEDIAWIKI_PORT = 8480
 MEDIAWIKI_POLL_INTERVAL_S = "5"
 SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
+# e5's query side tuned on Kol-Zchut's questions (`ragbot tune-queries`): the sample wiki's English
+# questions search with it, as the check before the fifteenth question set decided (docs/benchmarks.md).
+TUNED_QUERIES = ROOT / "samples" / "kolzchut" / "e5-queries.npz"
 START_TIMEOUT_S = 300.0
 INDEX_TIMEOUT_S = 600.0
 
@@ -130,6 +133,9 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # set (an empty value turns it off) in the environment or .env, it is left alone
+    if "query_tuning_path" not in get_retriever_settings().model_fields_set:
+        env["RAGBOT_RETRIEVER_QUERY_TUNING_PATH"] = str(TUNED_QUERIES)
     env["RAGBOT_REDIS_URL"] = redis_url
     env["RAGBOT_STORE_BACKEND"] = "embedded"
     env["RAGBOT_STORE_EMBEDDED_PATH"] = str(var / "ragbot.sqlite3")

@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def run_script(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    for name in ("RAGBOT_CHAT_DEFAULT_MODE", "RAGBOT_CHAT_KOLZCHUT_MODE", "RAGBOT_CHAT_LLM_BACKEND"):
+    for name in (
+        "RAGBOT_CHAT_DEFAULT_MODE",
+        "RAGBOT_CHAT_KOLZCHUT_MODE",
+        "RAGBOT_CHAT_LLM_BACKEND",
+        "RAGBOT_RETRIEVER_QUERY_TUNING_PATH",
+    ):
         monkeypatch.delenv(name, raising=False)
     spec = importlib.util.spec_from_file_location("ragbot_run_script", ROOT / "scripts" / "run.py")
     assert spec is not None and spec.loader is not None
@@ -53,6 +58,23 @@ def test_a_configured_mode_or_another_llm_is_left_alone(
     monkeypatch.delenv("RAGBOT_CHAT_DEFAULT_MODE")
     monkeypatch.setenv("RAGBOT_CHAT_LLM_BACKEND", "ollama")
     assert modes(run_script, tmp_path) == (None, None)
+
+
+def test_make_run_tunes_english_questions_with_the_sample_file_unless_told_otherwise(
+    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def tuning() -> str | None:
+        get_retriever_settings.cache_clear()
+        env: dict[str, str] = run_script.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
+        return env.get("RAGBOT_RETRIEVER_QUERY_TUNING_PATH")
+
+    path = tuning()
+    assert path is not None and Path(path) == ROOT / "samples" / "kolzchut" / "e5-queries.npz"
+    assert Path(path).is_file()
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_PATH", "")  # off
+    assert tuning() == ""
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_PATH", "/srv/mine.npz")
+    assert tuning() == "/srv/mine.npz"
 
 
 def test_make_run_indexes_with_the_client_key_and_says_why_it_cannot_without_one(
