@@ -18,6 +18,7 @@ from ragbot.chat.answerability import (
     evidence,
     key_terms,
     rule_for,
+    searched_tuned,
 )
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
 from ragbot.chat.pipeline import ChatPipeline
@@ -81,6 +82,7 @@ def test_evidence_reads_the_tuned_lists_apart_from_their_untuned_twins() -> None
     assert round(ev.dense_top, 3) == 0.84 and round(ev.dense_gap, 3) == 0.04 and ev.agree == 0
     # tuned: page 1 at 0.60 stands 0.20 above page 2
     assert round(ev.tuned_top, 3) == 0.6 and round(ev.tuned_gap, 3) == 0.2
+    assert searched_tuned(TUNED_DEBUG) and not searched_tuned(DEBUG)
     plain = evidence(question="maternity grant", debug=DEBUG, paragraphs=paragraphs)
     assert plain is not None and plain.tuned_top == 0.0 and plain.tuned_gap == 0.0
 

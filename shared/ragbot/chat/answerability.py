@@ -64,6 +64,7 @@ __all__ = [
     "key_terms",
     "related_answer",
     "rule_for",
+    "searched_tuned",
 ]
 
 # Words that carry no question-specific meaning, in both languages (after the analyzer's lower-casing).
@@ -242,6 +243,11 @@ class Decision:
         }
 
 
+def searched_tuned(debug: Mapping[str, Any]) -> bool:
+    """Whether the retriever also searched a dense list with a tuned query encoder for this turn."""
+    return any(read_kind(b) == "tuned" for b in (debug.get("branches") or {}).values())
+
+
 def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule | None) -> AbstentionRule:
     """The cross-language rule for a question in another language than its best paragraph, when given."""
     return cross_language if cross_language is not None and ev.cross_language else rule
@@ -283,9 +289,10 @@ async def assess(
     if fitted and dense_branches(response.debug.model_dump()) != fitted:
         return None
     best = await sentences.best_score()
+    debug = response.debug.model_dump()
     ev = evidence(
         question=request.question,
-        debug=response.debug.model_dump(),
+        debug=debug,
         paragraphs=[d.text for d in selection.documents],
         sentence_top=None if best is None else float(best),
     )
@@ -296,8 +303,8 @@ async def assess(
         ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
     )
     tuned_rule = settings.abstention_rule_cross_language_tuned
-    if tuned_rule is not None and ev.cross_language and ev.tuned_top:
-        rule = AbstentionRule(**tuned_rule)  # the retriever also searched with a tuned query encoder
+    if tuned_rule is not None and ev.cross_language and searched_tuned(debug):
+        rule = AbstentionRule(**tuned_rule)
     decision = decide(ev, rule)
     if not decision.answer:
         return decision
