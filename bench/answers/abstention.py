@@ -34,8 +34,8 @@ and the 7 content-API bodies, split by ``ragbot.evaluation.split`` into ``tune``
   (>= 0.9), ``answers_boilerplate_quoted`` (0), ``answers_supported_sentences`` (>= 0.95), per mode and
   per question language (``_he``, ``_en``). ``--strict`` adds the embedded LLM's ``strict`` on every
   ``--strict-every``th held-out question, as shipped, without strict's sentence check (``_ungated``),
-  with it reading words but not their order (``_unordered``) and ``_before`` (``--only-strict``: only
-  that, its keys added to the file's).
+  with it reading words but not their order (``_unordered``), with query tuning on (``_query_tuned``)
+  and ``_before`` (``--only-strict``: only that, its keys added to the file's).
 
 Run: ``uv run python -m bench.answers.abstention [--fit] [--strict | --only-strict]``.
 """
@@ -429,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
                     BEFORE: compare[BEFORE],
                     "_ungated": ({"strict_support_min": 0.0}, translated_bm25),
                     "_unordered": ({"strict_order_min": 0.0}, translated_bm25),
+                    "_query_tuned": compare["_query_tuned"],
                 },
             )
         )
