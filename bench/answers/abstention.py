@@ -109,6 +109,12 @@ def _threshold(scores: np.ndarray, helps: np.ndarray, answerable: np.ndarray, ta
     return float((chosen + below.max()) / 2) if len(below) else chosen - 1e-3
 
 
+def labels(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether the pages answer the question, and whether answering helps (a gold page cited)."""
+    answerable = np.array([r["gold_page_id"] is not None for r in rows], dtype=bool)
+    return answerable, answerable & np.array([bool(r["gold_cited"]) for r in rows], dtype=bool)
+
+
 def fit_rule(
     rows: Sequence[dict[str, Any]],
     *,
@@ -122,8 +128,7 @@ def fit_rule(
     x = np.array([[float(r["evidence"][f]) for f in features] for r in rows]).reshape(
         len(rows), len(features)
     )
-    helps = np.array([r["gold_page_id"] is not None and bool(r["gold_cited"]) for r in rows])
-    answerable = np.array([r["gold_page_id"] is not None for r in rows])
+    answerable, helps = labels(rows)
     w, b = _logistic(x, helps.astype(float), l2=l2)
     rule = {"bias": round(b, 6), **{f: round(float(v), 6) for f, v in zip(features, w, strict=True)}}
     rule["threshold"] = round(_threshold(x @ w + b, helps, answerable, target), 6)
@@ -157,8 +162,7 @@ def cross_validate(
     """Out-of-fold gold_cited and unanswerable abstained of ``fit_rules`` inside these rows (stratified by
     answerability and language pair; ``REPEATS`` shuffles, ``FOLDS`` folds)."""
     figures: list[tuple[float, float]] = []
-    answerable = np.array([r["gold_page_id"] is not None for r in rows])
-    helps = np.array([r["gold_page_id"] is not None and bool(r["gold_cited"]) for r in rows])
+    answerable, helps = labels(rows)
     for repeat in range(REPEATS):
         rng = np.random.default_rng(repeat)
         fold = np.zeros(len(rows), dtype=int)

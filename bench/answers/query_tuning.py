@@ -175,13 +175,12 @@ def cited_at(
     import numpy as np
 
     from bench.answers.abstention import FOLDS as CV_FOLDS
-    from bench.answers.abstention import REPEATS, _logistic
+    from bench.answers.abstention import REPEATS, _logistic, labels
 
     x = np.array([[float(r["evidence"][f]) for f in features] for r in rows]).reshape(
         len(rows), len(features)
     )
-    answerable = np.array([r["gold_page_id"] is not None for r in rows])
-    helps = np.array([r["gold_page_id"] is not None and bool(r["gold_cited"]) for r in rows])
+    answerable, helps = labels(rows)
     cited = np.zeros(len(levels))
     for repeat in range(REPEATS):
         rng = np.random.default_rng(repeat)
@@ -207,19 +206,17 @@ def candidate_rule(tuned: Sequence[dict[str, Any]], plain: Sequence[dict[str, An
     answer-kind check, which follow both): the same operating point, so what changes is gold cited."""
     import numpy as np
 
-    from bench.answers.abstention import _logistic, _score
+    from bench.answers.abstention import _logistic, _score, labels
     from ragbot.settings.chat import ABSTENTION_RULE_CROSS
 
     def figures(rows: Sequence[dict[str, Any]], rule: dict[str, float]) -> tuple[float, float]:
-        answerable = np.array([r["gold_page_id"] is not None for r in rows])
-        helps = np.array([r["gold_page_id"] is not None and bool(r["gold_cited"]) for r in rows])
+        answerable, helps = labels(rows)
         answered = np.array([_score(rule, r) >= rule["threshold"] for r in rows])
         return float(np.sum(answered & helps) / answerable.sum()), float(np.mean(~answered[~answerable]))
 
     shipped = figures(plain, ABSTENTION_RULE_CROSS)
     x = np.array([[float(r["evidence"][f]) for f in CANDIDATE] for r in tuned])
-    helps = np.array([r["gold_page_id"] is not None and bool(r["gold_cited"]) for r in tuned])
-    answerable = np.array([r["gold_page_id"] is not None for r in tuned])
+    answerable, helps = labels(tuned)
     w, b = _logistic(x, helps.astype(float), l2=1.0)
     rule = {"bias": round(b, 6), **{f: round(float(v), 6) for f, v in zip(CANDIDATE, w, strict=True)}}
     rule["threshold"] = round(float(np.quantile(x[~answerable] @ w + b, shipped[1])), 6)
