@@ -126,9 +126,21 @@ def figures(turns: Sequence[Turn], best: dict[str, float], thresholds: dict[str,
     return out
 
 
+def threshold_for(unanswerable: Sequence[Turn], best: dict[str, float], target: float = TARGET) -> float:
+    """The lowest threshold at which the rule and the gate abstain on ``target`` of these unanswerable
+    turns: the midpoint below the score it stops at (0 when the rule alone does)."""
+    passed = sorted(best[t.question_id] for t in unanswerable if t.answered)
+    need = int(np.ceil(target * len(unanswerable))) - sum(not t.answered for t in unanswerable)
+    if need <= 0:
+        return 0.0
+    need = min(need, len(passed))
+    top = passed[need - 1]
+    above = [p for p in passed if p > top]
+    return float((top + above[0]) / 2) if above else float(top + 1e-6)
+
+
 def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str, float]:
-    """Per language pair: the lowest threshold at which the rule and the gate abstain on ``TARGET`` of
-    the pair's unanswerable questions; the midpoint below the score it stops at."""
+    """Per language pair: ``threshold_for`` the pair's unanswerable questions."""
     from ragbot.chat.pair_gate import LANGUAGE_PAIRS
 
     chosen: dict[str, float] = {}
@@ -136,26 +148,61 @@ def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str
         unanswerable = [
             t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair and not t.answerable
         ]
-        if not unanswerable:
-            continue
-        passed = sorted(best[t.question_id] for t in unanswerable if t.answered)
-        need = int(np.ceil(TARGET * len(unanswerable))) - sum(not t.answered for t in unanswerable)
-        if need <= 0:
-            chosen[pair] = 0.0
-            continue
-        need = min(need, len(passed))
-        top = passed[need - 1]
-        above = [p for p in passed if p > top]
-        chosen[pair] = float((top + above[0]) / 2) if above else float(top + 1e-6)
+        if unanswerable:
+            chosen[pair] = threshold_for(unanswerable, best)
     return chosen
+
+
+async def answer(pipeline: Any, retriever: Any, set_name: str, q: Any) -> tuple[Turn, dict[str, Any]]:
+    """One question answered in quote mode by ``pipeline`` (its settings decide, the gate's included),
+    what the gate would read of its paragraphs (``retriever``: a ``RecordingRetriever``), and the
+    sources event's debug view."""
+    from ragbot.chat.events import ChatRequest, DoneEvent, SourcesEvent
+    from ragbot.chat.pair_gate import paragraph_features
+
+    sources: list[Any] = []
+    debug: dict[str, Any] = {}
+    done: Any = None
+    request = ChatRequest(question=q.question, mode="quote", language=q.language, channel="eval")
+    async for event in pipeline.run(request):
+        if isinstance(event, SourcesEvent):
+            sources = list(event.sources)
+            debug = dict(event.debug)
+        elif isinstance(event, DoneEvent):
+            done = event
+    decision = dict(debug.get("answerability") or {})
+    cross = bool((decision.get("evidence") or {}).get("cross_language"))
+    gold = q.gold_pages
+    # what the gate reads, for every turn: also those the rule abstained on, to learn from
+    x = await paragraph_features(
+        retriever=retriever.inner,
+        model=MODEL,
+        question=q.question,
+        texts=[retriever.texts.get(s.doc_id) or s.title for s in sources],
+        scores=[s.score for s in sources],
+        cross_language=cross,
+    )
+    if x is None:
+        x = np.empty((0, 0))
+    labels = np.array([s.page_id in gold for s in sources][: len(x)], dtype=bool)
+    cited = {s.page_id for s in (done.citations if done else [])}
+    turn = Turn(
+        set_name=set_name,
+        question_id=f"{set_name}:{q.id}",
+        answerable=q.gold_page_id is not None,
+        x=x,
+        labels=labels,
+        cross_language=cross,
+        answered=bool(done and not done.abstained),
+        gold_cited=bool(gold & cited),
+    )
+    return turn, debug
 
 
 async def collect(
     sets: Sequence[tuple[str, Path]], *, pages: Sequence[Path] | None = None, log: Any = sys.stderr
 ) -> list[Turn]:
     """Answer every question of ``sets`` in quote mode without the gate, and keep what it would read."""
-    from ragbot.chat.events import ChatRequest, DoneEvent, SourcesEvent
-    from ragbot.chat.pair_gate import paragraph_features
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, load_questions
     from ragbot.evaluation.sample_index import SampleIndex
@@ -177,43 +224,7 @@ async def collect(
         )
         for name, path in sets:
             for q in load_questions(path):
-                sources: list[Any] = []
-                decision: dict[str, Any] = {}
-                done: Any = None
-                request = ChatRequest(question=q.question, mode="quote", language=q.language, channel="eval")
-                async for event in pipeline.run(request):
-                    if isinstance(event, SourcesEvent):
-                        sources = list(event.sources)
-                        decision = dict(event.debug.get("answerability") or {})
-                    elif isinstance(event, DoneEvent):
-                        done = event
-                cross = bool((decision.get("evidence") or {}).get("cross_language"))
-                gold = q.gold_pages
-                # what the gate reads, for every turn: also those the rule abstained on, to learn from
-                x = await paragraph_features(
-                    retriever=retriever.inner,
-                    model=MODEL,
-                    question=q.question,
-                    texts=[retriever.texts.get(s.doc_id) or s.title for s in sources],
-                    scores=[s.score for s in sources],
-                    cross_language=cross,
-                )
-                if x is None:
-                    x = np.empty((0, 0))
-                labels = np.array([s.page_id in gold for s in sources][: len(x)], dtype=bool)
-                cited = {s.page_id for s in (done.citations if done else [])}
-                turns.append(
-                    Turn(
-                        set_name=name,
-                        question_id=f"{name}:{q.id}",
-                        answerable=q.gold_page_id is not None,
-                        x=x,
-                        labels=labels,
-                        cross_language=cross,
-                        answered=bool(done and not done.abstained),
-                        gold_cited=bool(gold & cited),
-                    )
-                )
+                turns.append((await answer(pipeline, retriever, name, q))[0])
             log.write(f"{name}: {len(turns)} turns so far\n")
     finally:
         await index.close()

@@ -234,6 +234,18 @@ class StaticRetriever:
 # -- LLM servers on the wire -------------------------------------------------------------------------
 
 
+class TunedRetriever(StaticRetriever):
+    """The fake retriever, as if it had also searched its dense list with a tuned query encoder."""
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
+        response = await super().retrieve(request)
+        debug = response.debug.model_dump()
+        debug["branches"]["content_m_vectors@tuned"] = {"kind": "dense", "tuned": True}
+        for row, cosine in zip(debug["fused"], (0.55, 0.35), strict=False):
+            row["raw_scores"]["content_m_vectors@tuned"] = 1.0 + cosine
+        return response.model_copy(update={"debug": type(response.debug).model_validate(debug)})
+
+
 class _RecordingServer:
     """A threaded HTTP server on 127.0.0.1 that records request bodies."""
 

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from support.chat_fakes import ScriptedLLM, StaticRetriever, document
+from support.chat_fakes import ScriptedLLM, StaticRetriever, TunedRetriever, document
 
 from ragbot.chat.answerability import (
     AbstentionRule,
@@ -23,7 +23,6 @@ from ragbot.chat.answerability import (
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
 from ragbot.chat.pipeline import ChatPipeline
 from ragbot.prompts import PromptLibrary
-from ragbot.schemas.retrieval import RetrieveRequest, RetrieveResponse
 from ragbot.settings import ChatSettings
 from ragbot.settings.chat import (
     ABSTENTION_RULE,
@@ -187,18 +186,6 @@ def test_a_question_asking_an_amount_its_sources_never_state_abstains_even_when_
     done = events[-1]
     assert isinstance(done, DoneEvent) and not done.abstained and len(llm.calls) == 1
     assert events[0].debug["answerability"]["reason"] == "rule"  # type: ignore[union-attr]
-
-
-class TunedRetriever(StaticRetriever):
-    """The fake retriever, as if it had also searched its dense list with a tuned query encoder."""
-
-    async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
-        response = await super().retrieve(request)
-        debug = response.debug.model_dump()
-        debug["branches"]["content_m_vectors@tuned"] = {"kind": "dense", "tuned": True}
-        for row, cosine in zip(debug["fused"], (0.55, 0.35), strict=False):
-            row["raw_scores"]["content_m_vectors@tuned"] = 1.0 + cosine
-        return response.model_copy(update={"debug": type(response.debug).model_validate(debug)})
 
 
 def test_a_cross_language_question_searched_tuned_is_decided_by_the_tuned_rule() -> None:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.chat_fakes import VECTOR_DIMENSION, ScriptedLLM, StaticRetriever, document
+from support.chat_fakes import VECTOR_DIMENSION, ScriptedLLM, StaticRetriever, TunedRetriever, document
 
 from ragbot.chat.events import ChatEvent, ChatRequest, DoneEvent
 from ragbot.chat.pair_gate import (
     PACKAGED_GATE,
     SCALARS,
+    TUNED_PAIR,
     PairGate,
     best_probability,
     configured_gate,
@@ -50,6 +51,14 @@ def test_a_gate_file_round_trips_and_each_language_pair_has_its_threshold(tmp_pa
     assert loaded.threshold(False) == 0.4 and loaded.threshold(True) == 0.2
     assert PairGate(np.zeros(1), 0.0, {}, "m").threshold(True) == -math.inf
     assert np.allclose(loaded.probabilities(np.array([[0.0, 0.0], [1.0, 0.0]])), [0.6225, 0.8176], atol=1e-4)
+
+
+def test_a_tuned_cross_language_turn_reads_its_own_threshold_only_when_the_file_has_one() -> None:
+    both = {"same_language": 0.4, "cross_language": 0.2}
+    gate = PairGate(np.zeros(1), 0.0, {**both, TUNED_PAIR: 0.35}, "m")
+    assert gate.threshold(True, tuned=True) == 0.35
+    assert gate.threshold(True) == 0.2 and gate.threshold(False, tuned=True) == 0.4
+    assert PairGate(np.zeros(1), 0.0, both, "m").threshold(True, tuned=True) == 0.2
 
 
 def test_a_file_that_is_not_a_gate_is_a_configuration_error_naming_the_setting(tmp_path: Path) -> None:
@@ -143,3 +152,38 @@ def test_a_gate_over_its_threshold_or_for_another_model_lets_the_turn_go_on(tmp_
     events = _turn(tmp_path / "b", PairGate(np.zeros(WIDTH), -3.0, {"same_language": 0.5}, "other"))
     assert isinstance(events[-1], DoneEvent) and not events[-1].abstained
     assert events[0].debug["answerability"]["gate"] is None  # type: ignore[union-attr]
+
+
+def test_a_cross_language_turn_that_searched_a_tuned_list_reads_the_tuned_threshold(tmp_path: Path) -> None:
+    # the gate says 0.5 for every paragraph: over the cross-language threshold, under the tuned one
+    path = tmp_path / "gate.json"
+    gate = PairGate(np.zeros(WIDTH), 0.0, {"cross_language": 0.3, TUNED_PAIR: 0.6}, "m")
+    path.write_text(json.dumps(gate.as_json()), encoding="utf-8")
+    docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
+    answers = {"bias": 1.0, "threshold": 0.0}
+
+    def decision(retriever: StaticRetriever) -> dict[str, object]:
+        settings = ChatSettings(
+            _env_file=None,
+            abstention_rule=answers,
+            abstention_rule_cross_language=answers,
+            abstention_rule_cross_language_tuned=answers,
+            abstention_branches=[],
+            abstention_gate_path=path,
+            quote_min_score=0.0,
+        )
+        pipeline = ChatPipeline(
+            llm=ScriptedLLM(), retriever=retriever, prompts=PromptLibrary(), settings=settings
+        )
+        request = ChatRequest(question="Who is entitled to annual leave?", mode="quote", language="en")
+
+        async def collect() -> list[ChatEvent]:
+            return [e async for e in pipeline.run(request)]
+
+        return asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr,no-any-return]
+
+    tuned = decision(TunedRetriever(docs, [0.6, 0.5]))
+    assert tuned["evidence"]["cross_language"] == 1.0  # type: ignore[index]
+    assert tuned["answer"] is False and tuned["reason"] == "gate" and tuned["gate"] == 0.5
+    plain = decision(StaticRetriever(docs, [0.6, 0.5]))
+    assert plain["answer"] is True and plain["gate"] == 0.5

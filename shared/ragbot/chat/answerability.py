@@ -319,7 +319,8 @@ async def assess(
             cross_language=bool(ev.cross_language),
         )
         decision = replace(decision, gate=probability)
-        if probability is not None and probability < gate.threshold(bool(ev.cross_language)):
+        bar = gate.threshold(bool(ev.cross_language), tuned=searched_tuned(debug))
+        if probability is not None and probability < bar:
             return replace(decision, answer=False, reason="gate")
     if not await sentences.states_kind():
         return replace(decision, answer=False, reason="answer_kind")

@@ -35,6 +35,7 @@ from ragbot.settings import ChatSettings
 __all__ = [
     "LANGUAGE_PAIRS",
     "PACKAGED_GATE",
+    "TUNED_PAIR",
     "PairGate",
     "best_probability",
     "configured_gate",
@@ -46,6 +47,9 @@ __all__ = [
 PACKAGED_GATE = Path(__file__).with_name("pair_gate.json")
 # A threshold's key: the question in the paragraphs' language, or in another one.
 LANGUAGE_PAIRS = ("same_language", "cross_language")
+# The key of a cross-language turn whose retrieval also searched a tuned query encoder's list
+# (``ragbot.retrieval.tuned``): its own threshold when the file has one (bench/answers/tuned_gate.py).
+TUNED_PAIR = "cross_language_tuned"
 SCALARS = ("cosine", "score", "score_share", "rank", "cross_language")
 
 
@@ -79,8 +83,11 @@ class PairGate:
         result: np.ndarray = 1.0 / (1.0 + np.exp(-z))
         return result
 
-    def threshold(self, cross_language: bool) -> float:
-        """The pair's threshold (none given: never abstains)."""
+    def threshold(self, cross_language: bool, *, tuned: bool = False) -> float:
+        """The pair's threshold (none given: never abstains); a cross-language turn that searched a tuned
+        list reads ``TUNED_PAIR``'s when the file has one."""
+        if cross_language and tuned and TUNED_PAIR in self.thresholds:
+            return self.thresholds[TUNED_PAIR]
         return self.thresholds.get(LANGUAGE_PAIRS[int(cross_language)], -math.inf)
 
     def as_json(self) -> dict[str, Any]:
