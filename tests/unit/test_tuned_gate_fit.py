@@ -11,9 +11,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.answers.pair_gate import TARGET, Turn
+from bench.answers.pair_gate import TARGET, Turn, threshold_for
 from bench.answers.query_tuning import FOLDS, READ_FILES
-from bench.answers.tuned_gate import TunedTurn, fit, folds, judged, out_of_fold, set_name
+from bench.answers.tuned_gate import (
+    TunedTurn,
+    balanced_threshold,
+    fit,
+    folds,
+    judged,
+    out_of_fold,
+    set_name,
+)
 
 
 def _turn(name: str, i: int, *, answerable: bool, answered: bool = True, cross: bool = True) -> Turn:
@@ -79,9 +87,21 @@ def test_the_threshold_reaches_the_target_on_tuned_cross_language_turns_only() -
     assert (
         report["rule_unanswerable_abstained"] == 0.0 and report["shipped_cross_unanswerable_abstained"] == 0.0
     )
-    assert report["tuned_out_of_fold_unanswerable_abstained"] >= TARGET
-    assert report["tuned_out_of_fold_gold_cited"] == 1.0  # the gate separates them
-    assert 0.0 < report["threshold"] < 1.0
+    for way in ("target", "balanced"):  # the gate separates them: both criteria stop every unanswerable one
+        assert report[f"{way}_unanswerable_abstained"] == 1.0 and report[f"{way}_gold_cited"] == 1.0, way
+    assert 0.0 < report["threshold"] == report["balanced_threshold"] < 1.0
     best = out_of_fold(tuned, gate_turns)
     mine = [t.turn for t in tuned if t.tuned and t.turn.cross_language]
     assert judged(mine, best, report["threshold"]) == (4 * FOLDS, 4 * FOLDS)
+
+
+def test_the_balanced_threshold_weighs_both_shares_where_the_target_would_cost_more() -> None:
+    # 4 answerable turns at 0.3, 0.5, 0.6, 0.7; 4 unanswerable at 0.2, 0.25, 0.4, 0.8
+    turns = [_turn("s", i, answerable=True) for i in range(4)]
+    turns += [_turn("s", 10 + i, answerable=False) for i in range(4)]
+    best = dict(zip([t.question_id for t in turns], [0.3, 0.5, 0.6, 0.7, 0.2, 0.25, 0.4, 0.8], strict=True))
+    bar = balanced_threshold(turns, best)
+    # every gold page and 2 of 4 abstained: the best sum (1.5), the lower of two (0.45 has 3 and 3)
+    assert bar == 0.275 and judged(turns, best, bar) == (4, 2)
+    target = threshold_for([t for t in turns if not t.answerable], best)
+    assert judged(turns, best, target)[1] >= TARGET * 4 and judged(turns, best, target)[0] == 0
