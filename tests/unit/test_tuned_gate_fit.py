@@ -59,15 +59,18 @@ def test_out_of_fold_reads_a_gate_fitted_without_the_folds_sets() -> None:
     for t in gate_turns:
         if t.set_name in dealt[0]:
             t.x = -t.x
+    # every set of each fold answered, as the fold was dealt when its turns were answered
     tuned = [
-        TunedTurn(_turn(dealt[k][0], 100 + i, answerable=i == 0), k, True)
+        TunedTurn(_turn(name, 100 + i, answerable=i == 0), k, True)
         for k in range(FOLDS)
+        for name in dealt[k]
         for i in range(2)
     ]
     best = out_of_fold(tuned, gate_turns)
     for k in range(FOLDS):
-        yes, no = best[f"{dealt[k][0]}:100"], best[f"{dealt[k][0]}:101"]
-        assert (yes > no) == (k == 0), k
+        for name in dealt[k]:
+            yes, no = best[f"{name}:100"], best[f"{name}:101"]
+            assert (yes > no) == (k == 0), (k, name)
 
 
 def test_the_threshold_reaches_the_target_on_tuned_cross_language_turns_only() -> None:
