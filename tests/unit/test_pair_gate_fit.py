@@ -11,20 +11,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from support.gate_turns import gate_turn
+
 from bench.answers.pair_gate import TARGET, Turn, _logistic, choose_thresholds, figures, out_of_fold
 
 
 def _turn(name: str, i: int, *, answerable: bool, answered: bool = True, x: float = 0.0) -> Turn:
-    return Turn(
-        set_name=name,
-        question_id=f"{name}:{i}",
-        answerable=answerable,
-        x=np.array([[x, 1.0], [x - 1.0, 0.0]]),
-        labels=np.array([answerable, False]),
-        cross_language=False,
-        answered=answered,
-        gold_cited=answerable,
-    )
+    return gate_turn(name, i, answerable=answerable, answered=answered, x=x)
 
 
 def test_the_regression_is_at_its_optimum_with_the_bias_unpenalised() -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from support.gate_turns import gate_turn
 
 from bench.answers.pair_gate import TARGET, Turn, threshold_for
 from bench.answers.query_tuning import FOLDS, READ_FILES
@@ -26,16 +26,7 @@ from bench.answers.tuned_gate import (
 
 def _turn(name: str, i: int, *, answerable: bool, answered: bool = True, cross: bool = True) -> Turn:
     x = 2.0 if answerable else -2.0
-    return Turn(
-        set_name=name,
-        question_id=f"{name}:{i}",
-        answerable=answerable,
-        x=np.array([[x, 1.0], [x - 1.0, 0.0]]),
-        labels=np.array([answerable, False]),
-        cross_language=cross,
-        answered=answered,
-        gold_cited=answerable,
-    )
+    return gate_turn(name, i, answerable=answerable, answered=answered, x=x, cross=cross)
 
 
 def test_the_folds_deal_every_read_file_once_by_the_gate_turns_set_names() -> None:
