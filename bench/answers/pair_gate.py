@@ -14,6 +14,10 @@ lowest that, with the rule, abstains on at least ``TARGET`` of that pair's unans
 The final gate is fitted on every set and written to ``shared/ragbot/chat/pair_gate.json``; the
 figures (out of fold) to ``bench/results/pair_gate_fit.json``.
 
+``--read-sets`` fits on every set read so far (``bench/answers/sets.py``) instead, and
+``--criterion balanced`` chooses each threshold for the best sum of the gold-cited and abstained shares
+instead of ``TARGET`` abstained.
+
 Another wiki fits its own from its own pages and question files (``--pages``, ``--questions``, each
 file a fold; at least two) and points ``RAGBOT_CHAT_ABSTENTION_GATE_PATH`` at ``--gate-out``.
 
@@ -25,19 +29,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import pickle
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.answers.sets import set_file
+from bench.answers.sets import WHOLE_SETS, set_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "pair_gate_fit.json"
@@ -139,17 +144,48 @@ def threshold_for(unanswerable: Sequence[Turn], best: dict[str, float], target: 
     return float((top + above[0]) / 2) if above else float(top + 1e-6)
 
 
-def choose_thresholds(turns: Sequence[Turn], best: dict[str, float]) -> dict[str, float]:
-    """Per language pair: ``threshold_for`` the pair's unanswerable questions."""
+def judged(turns: Sequence[Turn], best: dict[str, float], bar: float) -> tuple[int, int]:
+    """Gold cited (answerable turns) and abstained (unanswerable ones) with the gate at ``bar``."""
+    cited = sum(t.answerable and t.answered and best[t.question_id] >= bar and t.gold_cited for t in turns)
+    abstained = sum(not t.answerable and not (t.answered and best[t.question_id] >= bar) for t in turns)
+    return cited, abstained
+
+
+def balanced_threshold(turns: Sequence[Turn], best: dict[str, float]) -> float:
+    """The threshold with the most gold cited plus unanswerable abstained, each a share of its own
+    questions (both targets weigh the same); the lowest of equals. Candidates: no gate, and the midpoints
+    between the probabilities of the turns the rule answered."""
+    answerable = max(sum(t.answerable for t in turns), 1)
+    unanswerable = max(sum(not t.answerable for t in turns), 1)
+    scores = sorted({best[t.question_id] for t in turns if t.answered})
+    candidates = [0.0, *((a + b) / 2 for a, b in itertools.pairwise(scores))]
+
+    def value(bar: float) -> float:
+        cited, abstained = judged(turns, best, bar)
+        return cited / answerable + abstained / unanswerable
+
+    return max(candidates, key=lambda bar: (value(bar), -bar))
+
+
+# How a language pair's threshold is chosen from its turns: ``TARGET`` of the unanswerable questions
+# abstained on (``threshold_for``), or the best sum of the gold-cited and abstained shares.
+CRITERIA: dict[str, Callable[[Sequence[Turn], dict[str, float]], float]] = {
+    "target": lambda turns, best: threshold_for([t for t in turns if not t.answerable], best),
+    "balanced": balanced_threshold,
+}
+
+
+def choose_thresholds(
+    turns: Sequence[Turn], best: dict[str, float], criterion: str = "target"
+) -> dict[str, float]:
+    """Per language pair with unanswerable questions: its threshold by ``CRITERIA[criterion]``."""
     from ragbot.chat.pair_gate import LANGUAGE_PAIRS
 
     chosen: dict[str, float] = {}
     for pair in LANGUAGE_PAIRS:
-        unanswerable = [
-            t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair and not t.answerable
-        ]
-        if unanswerable:
-            chosen[pair] = threshold_for(unanswerable, best)
+        mine = [t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair]
+        if any(not t.answerable for t in mine):
+            chosen[pair] = CRITERIA[criterion](mine, best)
     return chosen
 
 
@@ -249,12 +285,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--turns", type=Path, default=None, help="keep the collected turns here (pickle), reuse them if there"
     )
+    parser.add_argument(
+        "--read-sets",
+        action="store_true",
+        help="fit on every Kol-Zchut set read so far (bench/answers/sets.py), not only GATE_SETS",
+    )
+    parser.add_argument(
+        "--criterion",
+        choices=sorted(CRITERIA),
+        default="target",
+        help="how each language pair's threshold is chosen (default: target, TARGET abstained)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from ragbot.chat.pair_gate import PACKAGED_GATE, PairGate
 
     started = time.perf_counter()
-    sets = [("main", ROOT / MAIN_SET), *((name, ROOT / set_file(name)) for name in GATE_SETS)]
+    names = WHOLE_SETS if args.read_sets else GATE_SETS
+    sets = [("main", ROOT / MAIN_SET), *((name, ROOT / set_file(name)) for name in names)]
     if args.questions:
         sets = [(path.stem, path) for path in args.questions]
     if len({name for name, _ in sets}) < 2:
@@ -269,14 +317,15 @@ def main(argv: list[str] | None = None) -> None:
     best = out_of_fold(usable)
     for t in turns:  # no paragraph to read: the turn abstains (it has no sources either)
         best.setdefault(t.question_id, -1.0)
-    thresholds = choose_thresholds(turns, best)
+    thresholds = choose_thresholds(turns, best, args.criterion)
     w, b = _fit(usable)
     gate = PairGate(w, b, thresholds, MODEL)
     target = args.gate_out or PACKAGED_GATE
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(gate.as_json()) + "\n", encoding="utf-8")
     report = {
-        "sets": [name for name, _ in sets],
+        "sets": sorted({t.set_name for t in turns}),
+        "criterion": args.criterion,
         "questions": len(turns),
         "pairs_labelled": int(sum(len(t.x) for t in usable)),
         "l2": L2,

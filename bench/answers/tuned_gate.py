@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import pickle
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from bench.answers.pair_gate import (
+    CRITERIA,
     GATE_SETS,
     MAIN_SET,
     TARGET,
@@ -53,7 +53,7 @@ from bench.answers.pair_gate import (
     _fit,
     answer,
     collect,
-    threshold_for,
+    judged,
 )
 from bench.answers.query_tuning import E5, FOLDS, READ_FILES
 from bench.answers.sets import set_file
@@ -153,35 +153,9 @@ def out_of_fold(tuned: Sequence[TunedTurn], gate_turns: Sequence[Turn]) -> dict[
     return best
 
 
-def judged(turns: Sequence[Turn], best: dict[str, float], bar: float) -> tuple[int, int]:
-    """Gold cited (answerable turns) and abstained (unanswerable ones) with the gate at ``bar``."""
-    cited = sum(t.answerable and t.answered and best[t.question_id] >= bar and t.gold_cited for t in turns)
-    abstained = sum(not t.answerable and not (t.answered and best[t.question_id] >= bar) for t in turns)
-    return cited, abstained
-
-
-def balanced_threshold(turns: Sequence[Turn], best: dict[str, float]) -> float:
-    """The threshold with the most gold cited plus unanswerable abstained, each a share of its own
-    questions (both targets weigh the same); the lowest of equals. Candidates: no gate, and the midpoints
-    between the probabilities of the turns the rule answered."""
-    answerable = max(sum(t.answerable for t in turns), 1)
-    unanswerable = max(sum(not t.answerable for t in turns), 1)
-    scores = sorted({best[t.question_id] for t in turns if t.answered})
-    candidates = [0.0, *((a + b) / 2 for a, b in itertools.pairwise(scores))]
-
-    def value(bar: float) -> float:
-        cited, abstained = judged(turns, best, bar)
-        return cited / answerable + abstained / unanswerable
-
-    return max(candidates, key=lambda bar: (value(bar), -bar))
-
-
-# How each way chooses its threshold from the turns it may read: ``TARGET`` of the unanswerable
-# questions abstained on (as the gate's language pairs), or the best sum of the two shares.
-CHOOSERS = {
-    "target": lambda turns, best: threshold_for([t for t in turns if not t.answerable], best),
-    "balanced": balanced_threshold,
-}
+# How each way chooses its threshold from the turns it may read: the gate's own criteria
+# (``bench.answers.pair_gate.CRITERIA``).
+CHOOSERS = CRITERIA
 
 
 def fit(

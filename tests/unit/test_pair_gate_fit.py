@@ -13,7 +13,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from support.gate_turns import gate_turn
 
-from bench.answers.pair_gate import TARGET, Turn, _logistic, choose_thresholds, figures, out_of_fold
+from bench.answers.pair_gate import (
+    TARGET,
+    Turn,
+    _logistic,
+    balanced_threshold,
+    choose_thresholds,
+    figures,
+    judged,
+    out_of_fold,
+    threshold_for,
+)
 
 
 def _turn(name: str, i: int, *, answerable: bool, answered: bool = True, x: float = 0.0) -> Turn:
@@ -66,3 +76,18 @@ def test_out_of_fold_probabilities_come_from_the_other_sets() -> None:
         assert min(best[t.question_id] for t in mine if t.answerable) > max(
             best[t.question_id] for t in mine if not t.answerable
         )
+
+
+def test_the_balanced_threshold_weighs_both_shares_where_the_target_would_cost_more() -> None:
+    # 4 answerable turns at 0.3, 0.5, 0.6, 0.7; 4 unanswerable at 0.2, 0.25, 0.4, 0.8
+    turns = [_turn("s", i, answerable=True) for i in range(4)]
+    turns += [_turn("s", 10 + i, answerable=False) for i in range(4)]
+    best = dict(zip([t.question_id for t in turns], [0.3, 0.5, 0.6, 0.7, 0.2, 0.25, 0.4, 0.8], strict=True))
+    bar = balanced_threshold(turns, best)
+    # every gold page and 2 of 4 abstained: the best sum (1.5), the lower of two (0.45 has 3 and 3)
+    assert bar == 0.275 and judged(turns, best, bar) == (4, 2)
+    target = threshold_for([t for t in turns if not t.answerable], best)
+    assert judged(turns, best, target)[1] >= TARGET * 4 and judged(turns, best, target)[0] == 0
+    # the gate's fit chooses each language pair's threshold by either criterion
+    assert choose_thresholds(turns, best, "balanced") == {"same_language": 0.275}
+    assert choose_thresholds(turns, best, "target") == {"same_language": target}

@@ -11,11 +11,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from support.gate_turns import gate_turn
 
-from bench.answers.pair_gate import TARGET, Turn, threshold_for
+from bench.answers.pair_gate import Turn
 from bench.answers.query_tuning import FOLDS, READ_FILES
 from bench.answers.tuned_gate import (
     TunedTurn,
-    balanced_threshold,
     fit,
     folds,
     judged,
@@ -87,15 +86,3 @@ def test_the_threshold_reaches_the_target_on_tuned_cross_language_turns_only() -
     best = out_of_fold(tuned, gate_turns)
     mine = [t.turn for t in tuned if t.tuned and t.turn.cross_language]
     assert judged(mine, best, report["threshold"]) == (4 * FOLDS, 4 * FOLDS)
-
-
-def test_the_balanced_threshold_weighs_both_shares_where_the_target_would_cost_more() -> None:
-    # 4 answerable turns at 0.3, 0.5, 0.6, 0.7; 4 unanswerable at 0.2, 0.25, 0.4, 0.8
-    turns = [_turn("s", i, answerable=True) for i in range(4)]
-    turns += [_turn("s", 10 + i, answerable=False) for i in range(4)]
-    best = dict(zip([t.question_id for t in turns], [0.3, 0.5, 0.6, 0.7, 0.2, 0.25, 0.4, 0.8], strict=True))
-    bar = balanced_threshold(turns, best)
-    # every gold page and 2 of 4 abstained: the best sum (1.5), the lower of two (0.45 has 3 and 3)
-    assert bar == 0.275 and judged(turns, best, bar) == (4, 2)
-    target = threshold_for([t for t in turns if not t.answerable], best)
-    assert judged(turns, best, target)[1] >= TARGET * 4 and judged(turns, best, target)[0] == 0
