@@ -11,13 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from support.gate_turns import gate_turn
 
-from bench.answers.pair_gate import Turn
+from bench.answers.pair_gate import Turn, judged
 from bench.answers.query_tuning import FOLDS, READ_FILES
 from bench.answers.tuned_gate import (
     TunedTurn,
     fit,
     folds,
-    judged,
     out_of_fold,
     set_name,
 )
