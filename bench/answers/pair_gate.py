@@ -111,23 +111,34 @@ def out_of_fold(turns: Sequence[Turn]) -> dict[str, float]:
     return result
 
 
-def figures(turns: Sequence[Turn], best: dict[str, float], thresholds: dict[str, float]) -> dict[str, Any]:
-    """Gold cited and unanswerable abstained with the rule alone and with the gate, per language pair."""
+def judged(turns: Sequence[Turn], best: dict[str, float], bar: float) -> tuple[int, int]:
+    """Gold cited (answerable turns) and abstained (unanswerable ones) with the gate at ``bar``."""
+    cited = sum(t.answerable and t.answered and best[t.question_id] >= bar and t.gold_cited for t in turns)
+    abstained = sum(not t.answerable and not (t.answered and best[t.question_id] >= bar) for t in turns)
+    return cited, abstained
+
+
+def by_pair(turns: Sequence[Turn]) -> dict[str, list[Turn]]:
+    """The turns of each language pair (``ragbot.chat.pair_gate.LANGUAGE_PAIRS``), in order."""
     from ragbot.chat.pair_gate import LANGUAGE_PAIRS
 
+    return {
+        pair: [t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair] for pair in LANGUAGE_PAIRS
+    }
+
+
+def figures(turns: Sequence[Turn], best: dict[str, float], thresholds: dict[str, float]) -> dict[str, Any]:
+    """Gold cited and unanswerable abstained with the rule alone and with the gate, per language pair."""
     out: dict[str, Any] = {}
-    for pair in LANGUAGE_PAIRS:
-        mine = [t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair]
-        answerable = [t for t in mine if t.answerable]
-        unanswerable = [t for t in mine if not t.answerable]
-        gate = thresholds.get(pair, -np.inf)
-        for name, bar in (("rule", -np.inf), ("gated", gate)):
-            cited = sum(t.answered and best[t.question_id] >= bar and t.gold_cited for t in answerable)
-            abstained = sum(not (t.answered and best[t.question_id] >= bar) for t in unanswerable)
-            out[f"{pair}_{name}_gold_cited"] = round(cited / max(len(answerable), 1), 4)
-            out[f"{pair}_{name}_unanswerable_abstained"] = round(abstained / max(len(unanswerable), 1), 4)
-        out[f"{pair}_answerable"] = len(answerable)
-        out[f"{pair}_unanswerable"] = len(unanswerable)
+    for pair, mine in by_pair(turns).items():
+        answerable = sum(t.answerable for t in mine)
+        unanswerable = len(mine) - answerable
+        for name, bar in (("rule", -np.inf), ("gated", thresholds.get(pair, -np.inf))):
+            cited, abstained = judged(mine, best, bar)
+            out[f"{pair}_{name}_gold_cited"] = round(cited / max(answerable, 1), 4)
+            out[f"{pair}_{name}_unanswerable_abstained"] = round(abstained / max(unanswerable, 1), 4)
+        out[f"{pair}_answerable"] = answerable
+        out[f"{pair}_unanswerable"] = unanswerable
     return out
 
 
@@ -142,13 +153,6 @@ def threshold_for(unanswerable: Sequence[Turn], best: dict[str, float], target: 
     top = passed[need - 1]
     above = [p for p in passed if p > top]
     return float((top + above[0]) / 2) if above else float(top + 1e-6)
-
-
-def judged(turns: Sequence[Turn], best: dict[str, float], bar: float) -> tuple[int, int]:
-    """Gold cited (answerable turns) and abstained (unanswerable ones) with the gate at ``bar``."""
-    cited = sum(t.answerable and t.answered and best[t.question_id] >= bar and t.gold_cited for t in turns)
-    abstained = sum(not t.answerable and not (t.answered and best[t.question_id] >= bar) for t in turns)
-    return cited, abstained
 
 
 def balanced_threshold(turns: Sequence[Turn], best: dict[str, float]) -> float:
@@ -179,14 +183,11 @@ def choose_thresholds(
     turns: Sequence[Turn], best: dict[str, float], criterion: str = "target"
 ) -> dict[str, float]:
     """Per language pair with unanswerable questions: its threshold by ``CRITERIA[criterion]``."""
-    from ragbot.chat.pair_gate import LANGUAGE_PAIRS
-
-    chosen: dict[str, float] = {}
-    for pair in LANGUAGE_PAIRS:
-        mine = [t for t in turns if LANGUAGE_PAIRS[int(t.cross_language)] == pair]
-        if any(not t.answerable for t in mine):
-            chosen[pair] = CRITERIA[criterion](mine, best)
-    return chosen
+    return {
+        pair: CRITERIA[criterion](mine, best)
+        for pair, mine in by_pair(turns).items()
+        if any(not t.answerable for t in mine)
+    }
 
 
 async def answer(pipeline: Any, retriever: Any, set_name: str, q: Any) -> tuple[Turn, dict[str, Any]]:
@@ -324,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(gate.as_json()) + "\n", encoding="utf-8")
     report = {
-        "sets": sorted({t.set_name for t in turns}),
+        "sets": list(dict.fromkeys(t.set_name for t in turns)),
         "criterion": args.criterion,
         "questions": len(turns),
         "pairs_labelled": int(sum(len(t.x) for t in usable)),

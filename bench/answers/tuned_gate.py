@@ -13,12 +13,12 @@ such turn's gate probability comes from a gate fitted on the gate's own turns (`
 ``bench/answers/pair_gate.py --turns`` keeps) of the files outside the fold. So neither the tuned
 encoder nor the gate has seen the question.
 
-On the cross-language turns that searched a tuned list, the threshold is chosen by one of
-``CHOOSERS``: ``target`` is the gate's own criterion (``threshold_for``: the lowest that abstains on
-``TARGET`` of the unanswerable questions), ``balanced`` (the default) the best sum of gold cited and
-unanswerable abstained, each a share of its own questions. Both are judged out of fold: each fold's
-turns at the threshold chosen on the other folds. The threshold chosen on every fold is written to a
-copy of the gate file (``--gate`` in, ``--gate-out``) as ``cross_language_tuned``
+On the cross-language turns that searched a tuned list, the threshold is chosen by one of the gate's
+``CRITERIA`` (``bench.answers.pair_gate``): ``target`` is the gate's own criterion (``threshold_for``:
+the lowest that abstains on ``TARGET`` of the unanswerable questions), ``balanced`` (the default) the
+best sum of gold cited and unanswerable abstained, each a share of its own questions. Both are judged
+out of fold: each fold's turns at the threshold chosen on the other folds. The threshold chosen on every
+fold is written to a copy of the gate file (``--gate`` in, ``--gate-out``) as ``cross_language_tuned``
 (``ragbot.chat.pair_gate.TUNED_PAIR``); the figures to ``bench/results/tuned_gate_fit.json``. The
 shipped gate has no such threshold: the candidate failed its check (docs/benchmarks.md).
 
@@ -153,11 +153,6 @@ def out_of_fold(tuned: Sequence[TunedTurn], gate_turns: Sequence[Turn]) -> dict[
     return best
 
 
-# How each way chooses its threshold from the turns it may read: the gate's own criteria
-# (``bench.answers.pair_gate.CRITERIA``).
-CHOOSERS = CRITERIA
-
-
 def fit(
     tuned: Sequence[TunedTurn],
     gate_turns: Sequence[Turn],
@@ -173,13 +168,13 @@ def fit(
     answerable = sum(t.answerable for t in turns)
     unanswerable = len(turns) - answerable
     ways: dict[str, list[int]] = {"rule": [0, 0], "shipped_cross": [0, 0]}
-    ways.update({name: [0, 0] for name in CHOOSERS})
+    ways.update({name: [0, 0] for name in CRITERIA})
     per_fold: dict[str, float] = {}
     for fold in range(FOLDS):
         inside = [t.turn for t in mine if t.fold == fold]
         others = [t.turn for t in mine if t.fold != fold]
         bars = {"rule": -np.inf, "shipped_cross": shipped_cross}
-        for name, choose in CHOOSERS.items():
+        for name, choose in CRITERIA.items():
             bars[name] = choose(others, best)
             per_fold[f"fold{fold}_{name}_threshold"] = round(bars[name], 6)
         for way, bar in bars.items():
@@ -193,8 +188,8 @@ def fit(
         "unanswerable": unanswerable,
         "criterion": criterion,
         "target": TARGET,
-        "threshold": round(CHOOSERS[criterion](turns, best), 6),
-        **{f"{name}_threshold": round(choose(turns, best), 6) for name, choose in CHOOSERS.items()},
+        "threshold": round(CRITERIA[criterion](turns, best), 6),
+        **{f"{name}_threshold": round(choose(turns, best), 6) for name, choose in CRITERIA.items()},
         "shipped_cross_language_threshold": round(shipped_cross, 6),
         **per_fold,
     }
@@ -228,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--criterion",
-        choices=sorted(CHOOSERS),
+        choices=sorted(CRITERIA),
         default="balanced",
         help="how the threshold is chosen",
     )
