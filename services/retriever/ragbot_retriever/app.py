@@ -52,6 +52,7 @@ async def build_resources(
     from ragbot.embedders import build_embedders, cached_queries
     from ragbot.embedders.query_tuning import configured_tuned
     from ragbot.rerankers import configured_reranker
+    from ragbot.retrieval.memory import QuestionMemory
 
     if reranker is None:  # RAGBOT_RETRIEVER_RERANKER_PATH set: rerank by default (default_rerank)
         reranker = configured_reranker(retriever_settings, model_settings)
@@ -73,6 +74,16 @@ async def build_resources(
         logger.info(
             "Latin-script questions search %s with the query encoder tuned in %s", model, encoder.path
         )
+    # RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH: the wiki's answered questions vote for pages
+    memory = None
+    if retriever_settings.question_memory_path is not None:
+        memory = await asyncio.to_thread(QuestionMemory.load, retriever_settings.question_memory_path)
+        logger.info(
+            "%d remembered questions in %s vote for pages (weight %s)",
+            len(memory),
+            retriever_settings.question_memory_path,
+            retriever_settings.question_memory_weight,
+        )
     defaults = RetrievalDefaults.from_settings(retriever_settings)
     generations = build_generations(store_settings)
 
@@ -90,6 +101,7 @@ async def build_resources(
             vocabulary=retriever_settings.translation_vocabulary,
             translation_poll_s=retriever_settings.translation_poll_s,
             tuned=tuned,
+            memory=memory,
         )
 
     # The live generation, queried with its own definition (the file may already name the next one).

@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from ragbot.definition import DocumentDefinition, parse_definition
-from ragbot.errors import RagbotError
+from ragbot.errors import ConfigurationError, RagbotError
 from ragbot.observability.metrics import retrieval_metrics
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.retrieval.memory import QuestionMemory
 from ragbot.retrieval.translation import LexiconTranslator, keep_translating
 from ragbot.settings import StoreSettings
 from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation, stores_what
@@ -75,6 +76,7 @@ async def serve(
     vocabulary: int = 20000,
     translation_poll_s: float = 10.0,
     tuned: Mapping[str, Embedder] | None = None,
+    memory: QuestionMemory | None = None,
 ) -> Serving:
     """Load (or reuse, for the same definition) the models of a generation, open and warm its store."""
     definition = definition_for(generation, configured)
@@ -84,6 +86,13 @@ async def serve(
         embedders = reuse.embedders
     else:
         embedders = await asyncio.to_thread(_loaded, embedders_for, definition)
+    if memory is not None and len(memory):
+        loaded = embedders.get(memory.model)
+        if loaded is None or loaded.dimension != memory.dimension:
+            raise ConfigurationError(
+                f"the question memory holds {memory.dimension}-d vectors of {memory.model}; this "
+                f"generation's models: {sorted(embedders)} (write it again with ragbot remember-questions)"
+            )
     dimensions = dict(generation.dimensions) or {
         v.name: embedders[v.model].dimension for v in definition.vector_fields
     }
@@ -105,6 +114,7 @@ async def serve(
         reranker=reranker,
         defaults=defaults,
         tuned=tuned,
+        memory=memory,
     )
     retrieval_metrics().definition_differs.set(0 if definition is configured else 1)
     if definition is not configured:

@@ -7,7 +7,8 @@ index made to hold exactly the wiki's relevant pages, through the ingest service
 quality on BEIR data), ``eval-answers`` (answer quality per mode on the sample pages),
 ``train-reranker`` (fine-tune a cross-encoder), ``beir-pairs`` (training
 pairs from a BEIR split), ``export-onnx`` (the definition's models as ONNX folders, for hosts without
-torch), ``tune-queries`` (e5's query side tuned on the wiki's own questions), ``chat`` (talk to the
+torch), ``tune-queries`` (e5's query side tuned on the wiki's own questions), ``remember-questions``
+(the wiki's answered questions as the retriever's question memory), ``chat`` (talk to the
 chat service, streaming), ``auth hash-key`` (a new API key and its hash). Errors ragbot raises on
 purpose end the command with status 1 and a one-line reason.
 """
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ragbot.cli import reconcile as cli_reconcile
     from ragbot.cli import reembed as cli_reembed
     from ragbot.cli import reindex as cli_reindex
+    from ragbot.cli import remember_questions as cli_remember_questions
     from ragbot.cli import tune_queries as cli_tune_queries
 
     parser = argparse.ArgumentParser(prog="ragbot", description="ragbot command-line tools")
@@ -50,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_auth.register(subparsers)
     cli_export_onnx.register(subparsers)
     cli_tune_queries.register(subparsers)
+    cli_remember_questions.register(subparsers)
     return parser
 
 

@@ -22,6 +22,7 @@ from ragbot.embedders.query_tuning import TunedE5Queries
 from ragbot.indexing.pipeline import IndexingPipeline, SplitOptions
 from ragbot.ports import Embedder
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
+from ragbot.retrieval.memory import QuestionMemory
 from ragbot.retrieval.translation import LexiconTranslator, build_translator
 from ragbot.schemas.pages import Page
 from ragbot.settings import get_model_settings, get_retriever_settings, get_worker_settings
@@ -44,6 +45,7 @@ class SampleIndex:
     index_seconds: float
     translators: dict[str, LexiconTranslator | None] = field(default_factory=dict)
     tuned: dict[Path, Embedder] = field(default_factory=dict)
+    memories: dict[Path, QuestionMemory] = field(default_factory=dict)
 
     @classmethod
     async def build(cls, pages_paths: Sequence[Path], work_dir: Path | None = None) -> SampleIndex:
@@ -78,9 +80,17 @@ class SampleIndex:
             index_seconds=time.perf_counter() - t0,
         )
 
-    async def engine_with(self, overrides: Mapping[str, Any]) -> EngineRetriever:
-        """A retriever over this index: the configured retriever settings with ``overrides``."""
+    async def engine_with(
+        self, overrides: Mapping[str, Any], memory: QuestionMemory | None = None
+    ) -> EngineRetriever:
+        """A retriever over this index: the configured retriever settings with ``overrides``, and
+        ``memory`` as its question memory (by default, the file the settings name, if any)."""
         configured = get_retriever_settings().model_copy(update=dict(overrides))
+        if memory is None and configured.question_memory_path is not None:
+            known = configured.question_memory_path
+            if known not in self.memories:
+                self.memories[known] = QuestionMemory.load(known)
+            memory = self.memories[known]
         language = configured.translate_queries_to
         if language and language not in self.translators:
             self.translators[language] = await build_translator(
@@ -106,6 +116,7 @@ class SampleIndex:
                 defaults=RetrievalDefaults.from_settings(configured),
                 translator=self.translators.get(language) if language else None,
                 tuned=tuned,
+                memory=memory,
             )
         )
 

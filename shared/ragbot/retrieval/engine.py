@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ragbot.definition import DocumentDefinition, VectorField
-from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
+from ragbot.errors import (
+    ConfigurationError,
+    DependencyUnavailable,
+    RagbotError,
+    StoreUnavailable,
+    ValidationFailed,
+)
 from ragbot.observability.spans import span
 from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
 from ragbot.retrieval.fusion import (
@@ -32,6 +38,7 @@ from ragbot.retrieval.fusion import (
     fuse_scores,
     group_ranked,
 )
+from ragbot.retrieval.memory import QuestionMemory, Votes, with_votes
 from ragbot.retrieval.results import (
     BM25_BRANCH,
     TUNED_SUFFIX,
@@ -80,6 +87,7 @@ class RetrievalEngine:
         defaults: RetrievalDefaults | None = None,
         translator: LexiconTranslator | None = None,
         tuned: Mapping[str, Embedder] | None = None,
+        memory: QuestionMemory | None = None,
     ) -> None:
         self.store = store
         self.embedders = dict(embedders)
@@ -94,6 +102,9 @@ class RetrievalEngine:
         # Set once built (the retriever builds it in the background): English questions over a corpus in
         # another language also search with their words' translation (ragbot.retrieval.translation).
         self.translator = translator
+        # The wiki's answered questions (ragbot.retrieval.memory): their pages' votes reorder the fused
+        # list when memory_weight > 0.
+        self.memory = memory
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
         """Answer ``POST /v1/retrieve``: documents, the debug view of every stage and timings."""
@@ -120,6 +131,7 @@ class RetrievalEngine:
         size = request.retrieval_size
         filters: Filters | None = request.filters
         candidates: dict[str, list[SearchHit]] = {}
+        asked: dict[str, Vector] = {}
         lexical = query
         if translation is not None and self.defaults.translation_bm25:
             lexical = f"{query} {translation['words']}"
@@ -139,6 +151,8 @@ class RetrievalEngine:
                 with span("retrieval embed", {"ragbot.models": ",".join(models)}):
                     embedded = await asyncio.gather(*(self._embed_rows(m, texts[m]) for m in models))
                 vectors = {m: _question_vector(rows) for m, rows in zip(models, embedded, strict=True)}
+                # the question's own row, without its translation, is what the memory compares
+                asked = {m: rows[0] for m, rows in zip(models, embedded, strict=True)}
                 timings["embed"] = _ms(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 results = await asyncio.gather(
@@ -181,6 +195,9 @@ class RetrievalEngine:
         fused = self._fuse(
             method, lists, weights=weights, k=k, dense=[b.name for b in branches if b.kind == "dense"]
         )
+        votes = await self._votes(query, asked) if fused else None
+        if votes is not None:
+            fused = with_votes(fused, votes, self.defaults.memory_weight)
         timings["fusion"] = _ms(time.perf_counter() - t0)
 
         result = RetrievalResult(
@@ -197,6 +214,7 @@ class RetrievalEngine:
             routing=routing.as_debug() if any(r.kind == "dense" for r in routing.routes) else None,
             skipped_branches=list(routing.skipped),
             translation=translation,
+            memory=votes.as_debug() if votes is not None else None,
         )
         ranked = fused
         if rerank and fused:
@@ -412,6 +430,21 @@ class RetrievalEngine:
             self.defaults.embed_timeout_s,
         )
         return {"model": model, "language": translator.language, "words": words} if words else None
+
+    async def _votes(self, query: str, asked: Mapping[str, Vector]) -> Votes | None:
+        """The question memory's votes for ``query`` (its vector of the memory's model, embedded now if
+        the search did not), or None when there is no memory or its weight is 0."""
+        memory = self.memory
+        if memory is None or not len(memory) or self.defaults.memory_weight <= 0:
+            return None
+        vector = asked.get(memory.model)
+        if vector is None:
+            if memory.model not in self.embedders:
+                raise ConfigurationError(
+                    f"the question memory was written with {memory.model}, which this retriever does not load"
+                )
+            vector = (await self._embed_rows(memory.model, [query]))[0]
+        return memory.votes(vector)
 
     async def _embed_rows(self, model: str, texts: list[str]) -> Vector:
         tuned = model.removesuffix(TUNED_SUFFIX)

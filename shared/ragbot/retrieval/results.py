@@ -42,6 +42,8 @@ class RetrievalDefaults:
     translation_bm25: bool = True
     # The weight of the whole question in choosing each word's translation (settings).
     translation_context: float = CONTEXT_WEIGHT
+    # How much the question memory's votes add, in units of the best fused score (0: not consulted).
+    memory_weight: float = 0.5
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -63,6 +65,7 @@ class RetrievalDefaults:
             language_weights=settings.language_weights,
             translation_bm25=settings.translation_bm25,
             translation_context=settings.translation_context,
+            memory_weight=settings.question_memory_weight,
         )
 
 
@@ -105,6 +108,8 @@ class RetrievalResult:
     skipped_branches: list[Branch] = field(default_factory=list)
     # An English question's words translated into the corpus's language: model, language and words.
     translation: dict[str, str] | None = None
+    # The question memory's neighbours and page vote shares (``ragbot.retrieval.memory.Votes.as_debug``).
+    memory: dict[str, Any] | None = None
 
     @property
     def no_relevant_paragraphs(self) -> bool:
@@ -162,6 +167,7 @@ def debug_view(result: RetrievalResult, languages_of: Callable[[Branch], Sequenc
         "pages": page_order(result.documents, lambda h: h.page_id),
         "rerank": None,
         "translation": result.translation,
+        "memory": result.memory,
     }
     if result.rerank_scores is not None:
         debug["rerank"] = {

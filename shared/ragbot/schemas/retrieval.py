@@ -187,6 +187,23 @@ class TranslationDebug(BaseModel):
     words: str = Field(description="the translation, in the question's word order")
 
 
+class MemoryNeighbour(BaseModel):
+    """A remembered question near the asked one, with the pages that answer it."""
+
+    question: str
+    pages: list[int]
+    cosine: float
+
+
+class MemoryDebug(BaseModel):
+    """The question memory's view: the nearest remembered questions and each page's vote share."""
+
+    neighbours: list[MemoryNeighbour] = Field(default_factory=list)
+    shares: dict[str, float] = Field(
+        default_factory=dict, description="page id -> its vote relative to the best-voted page's"
+    )
+
+
 class RetrievalDebug(BaseModel):
     """Every stage of one retrieval: the knobs used, each branch's candidates, the fused list, rerank.
 
@@ -204,6 +221,9 @@ class RetrievalDebug(BaseModel):
     rerank: RerankDebug | None = None
     translation: TranslationDebug | None = Field(
         default=None, description="set when RAGBOT_RETRIEVER_TRANSLATE_QUERIES_TO translated the question"
+    )
+    memory: MemoryDebug | None = Field(
+        default=None, description="set when RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH names a question memory"
     )
 
 

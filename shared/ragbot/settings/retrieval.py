@@ -74,8 +74,13 @@ class RetrieverSettings(BaseSettings):
     # untuned list kept for the answerability rule (ragbot.retrieval.tuned). Empty: off.
     query_tuning_path: Path | None = None
     query_tuning_model: str = "multilingual-e5-small"
+    # A file `ragbot remember-questions` wrote (ragbot.retrieval.memory): the wiki's answered questions
+    # with their pages. The nearest ones vote for pages, raising the retrieved paragraphs of those pages
+    # by question_memory_weight x the best fused score at most. Empty: off.
+    question_memory_path: Path | None = None
+    question_memory_weight: float = Field(default=0.5, ge=0.0, le=10.0)
 
-    @field_validator("query_tuning_path", mode="before")
+    @field_validator("query_tuning_path", "question_memory_path", mode="before")
     @classmethod
     def _path_or_off(cls, value: object) -> object:
         """An empty value turns query tuning off."""

@@ -1,0 +1,67 @@
+"""Build a question memory (``ragbot.retrieval.memory``) from the wiki's question files and one model.
+
+Every answerable question of the files (eval-answers' shape) is remembered once, with its gold pages,
+as the retriever's embedder of that model embeds a question.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ragbot.errors import ValidationFailed
+from ragbot.evaluation.answers import AnswerQuestion, load_questions
+from ragbot.ports import Embedder
+from ragbot.retrieval.memory import DEFAULT_NEIGHBOURS, DEFAULT_TEMPERATURE, QuestionMemory
+
+BATCH = 64
+
+
+def answered(paths: Iterable[Path]) -> list[AnswerQuestion]:
+    """The answerable questions of ``paths``, each text once (its first file's gold pages)."""
+    seen: set[str] = set()
+    out: list[AnswerQuestion] = []
+    for path in paths:
+        for question in load_questions(path):
+            key = " ".join(question.question.split()).casefold()
+            if question.gold_page_id is None or key in seen:
+                continue
+            seen.add(key)
+            out.append(question)
+    return out
+
+
+def build_memory(
+    questions: Sequence[AnswerQuestion],
+    *,
+    model: str,
+    embedder: Embedder,
+    neighbours: int = DEFAULT_NEIGHBOURS,
+    temperature: float = DEFAULT_TEMPERATURE,
+    about: dict[str, object] | None = None,
+) -> QuestionMemory:
+    """Embed ``questions`` with ``embedder`` (``model``'s) and remember each with its gold pages."""
+    if not questions:
+        raise ValidationFailed("no answerable question to remember", field="questions")
+    t0 = time.perf_counter()
+    texts = [q.question for q in questions]
+    rows = [embedder.embed_queries(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)]
+    vectors = np.asarray(np.concatenate(rows), dtype=np.float32)
+    return QuestionMemory(
+        model=model,
+        questions=texts,
+        pages=[sorted(q.gold_pages) for q in questions],
+        vectors=vectors,
+        neighbours=neighbours,
+        temperature=temperature,
+        about={
+            **(about or {}),
+            "questions": len(questions),
+            "languages": sorted({q.language for q in questions}),
+            "pages": len({p for q in questions for p in q.gold_pages}),
+            "seconds": round(time.perf_counter() - t0, 1),
+        },
+    )
