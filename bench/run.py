@@ -116,6 +116,8 @@ def subjects(data: Path | None) -> dict[str, list[Bench]]:
             Bench("pair_gate_fit", "bench.answers.pair_gate", ("--gate-out", "var/bench/pair_gate.json")),
             # English questions' gold page rank over the Hebrew pages, untranslated and translated
             Bench("crosslingual", "bench.answers.crosslingual"),
+            # the question memory, each read file answered with the other files' questions remembered
+            Bench("question_memory", "bench.answers.question_memory"),
         ],
         "chat": [Bench("chat", "bench.chat.sessions")],
         "security": [Bench("security", "bench.report", ("security",))],

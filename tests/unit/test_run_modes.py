@@ -23,6 +23,7 @@ def run_script(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         "RAGBOT_CHAT_KOLZCHUT_MODE",
         "RAGBOT_CHAT_LLM_BACKEND",
         "RAGBOT_RETRIEVER_QUERY_TUNING_PATH",
+        "RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH",
     ):
         monkeypatch.delenv(name, raising=False)
     spec = importlib.util.spec_from_file_location("ragbot_run_script", ROOT / "scripts" / "run.py")
@@ -75,6 +76,26 @@ def test_make_run_tunes_english_questions_with_the_sample_file_unless_told_other
     assert tuning() == ""
     monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_PATH", "/srv/mine.npz")
     assert tuning() == "/srv/mine.npz"
+
+
+def test_make_run_remembers_the_sample_questions_unless_told_otherwise(
+    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragbot.retrieval.memory import QuestionMemory
+
+    def memory() -> str | None:
+        get_retriever_settings.cache_clear()
+        env: dict[str, str] = run_script.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
+        return env.get("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH")
+
+    path = memory()
+    assert path is not None and Path(path) == ROOT / "samples" / "kolzchut" / "question-memory.npz"
+    shipped = QuestionMemory.load(Path(path))
+    assert len(shipped) > 900 and shipped.model == "multilingual-e5-small" and shipped.dimension == 384
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH", "")  # off
+    assert memory() == ""
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH", "/srv/mine.npz")
+    assert memory() == "/srv/mine.npz"
 
 
 def test_make_run_indexes_with_the_client_key_and_says_why_it_cannot_without_one(
