@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "question_memory.json"
 TUNED_QUERIES = "samples/kolzchut/e5-queries.npz"
 MODEL = "multilingual-e5-small"
+VARIANTS = ("without", "with")
 
 
 def _key(text: str) -> str:
@@ -64,7 +65,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
     index = await SampleIndex.build(DEFAULT_PAGES)
     started = time.perf_counter()
     per_file: dict[str, Any] = {}
-    rows: dict[str, list[Any]] = {"without": [], "with": []}
+    rows: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
     language: dict[str, str] = {}
     try:
         every = {path: answered([ROOT / path]) for path in READ_FILES}
@@ -87,8 +88,8 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
                 vectors=np.stack([vectors[q.question] for q in remembered]),
             )
             counts: dict[str, Any] = {}
-            for variant, mem in (("without", None), ("with", memory)):
-                engine = await index.engine_with(overrides, memory=mem)
+            for variant in VARIANTS:
+                engine = await index.engine_with(overrides, memory=memory if variant == "with" else None)
                 recorder = RecordingRetriever(engine, text_field=settings.document_text_field)
                 pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
                 figures = await evaluate(

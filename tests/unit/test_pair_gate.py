@@ -187,3 +187,34 @@ def test_a_cross_language_turn_that_searched_a_tuned_list_reads_the_tuned_thresh
     assert tuned["answer"] is False and tuned["reason"] == "gate" and tuned["gate"] == 0.5
     plain = decision(StaticRetriever(docs, [0.6, 0.5]))
     assert plain["answer"] is True and plain["gate"] == 0.5
+
+
+def test_the_gate_reads_the_sources_as_the_search_ranked_them_not_as_the_question_memory_moved_them() -> None:
+    from ragbot.chat.answerability import searched_order
+    from ragbot.chat.events import Selection
+    from ragbot.chat.schemas import Source
+
+    def source(i: int, page: int, score: float) -> Source:
+        return Source(index=i, title=f"t{page}", page_id=page, score=score, doc_id=f"d{i}")
+
+    # the memory moved page 3 first: its paragraph gained 0.9 (the search gave it 0.6)
+    sources = [source(1, 3, 1.5), source(2, 1, 1.2), source(3, 1, 0.7), source(4, 2, 0.8)]
+    documents = [PromptDocument(number=s.index, title=s.title, text=f"text {s.index}") for s in sources]
+    selection = Selection(sources, documents, [])
+    fused = [
+        {"_id": "d1", "page_id": 3, "score": 1.5, "raw_scores": {"dense": 0.6, "memory": 0.9}},
+        {"_id": "d2", "page_id": 1, "score": 1.2, "raw_scores": {"dense": 1.2}},
+    ]
+    texts, scores = searched_order(selection, {"fused": fused})
+    # pages by their best search score (1: 1.2, 2: 0.8, 3: 0.6), a page's paragraphs in their order
+    assert [d.text for d in texts] == ["text 2", "text 3", "text 4", "text 1"]
+    assert scores == pytest.approx([1.2, 0.7, 0.8, 0.6])
+    # without votes the sources stay as they are, whatever their scores
+    fused[0]["raw_scores"] = {"dense": 1.5}
+    texts, scores = searched_order(selection, {"fused": fused})
+    assert [d.text for d in texts] == ["text 1", "text 2", "text 3", "text 4"] and scores == [
+        1.5,
+        1.2,
+        0.7,
+        0.8,
+    ]

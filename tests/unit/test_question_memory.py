@@ -87,6 +87,8 @@ def test_votes_raise_retrieved_pages_only_relative_to_the_best_retrieved_one() -
     assert [h.doc_id for h in out] == ["c", "a", "b", "d"]
     assert [round(h.score, 3) for h in out] == [2.4, 2.0, 1.5, 1.5]
     assert {h.page_id for h in out} == {1, 2, 3}
+    # what the votes added is noted beside the branches' raw scores (the chat's gate takes it off again)
+    assert [h.raw_scores.get("memory") for h in out] == [1.0, None, None, 0.5]
     again = [hit("a", 1, 2.0), hit("c", 2, 1.4)]
     assert [h.doc_id for h in with_votes(again, votes, 0.0)] == ["a", "c"]
     assert [h.doc_id for h in with_votes(again, Votes(neighbours=[], shares={9: 1.0}), 1.0)] == ["a", "c"]

@@ -48,8 +48,8 @@ from ragbot.chat.events import ChatRequest, Selection
 from ragbot.chat.pair_gate import best_probability, configured_gate
 from ragbot.chat.quote import TurnSentences
 from ragbot.chat.schemas import Source
-from ragbot.prompts import detect_language
-from ragbot.schemas.retrieval import RetrieveResponse, read_kind
+from ragbot.prompts import PromptDocument, detect_language
+from ragbot.schemas.retrieval import MEMORY_KEY, RetrieveResponse, read_kind
 from ragbot.settings import ChatSettings
 from ragbot.text import analyze
 
@@ -248,6 +248,29 @@ def searched_tuned(debug: Mapping[str, Any]) -> bool:
     return any(read_kind(b) == "tuned" for b in (debug.get("branches") or {}).values())
 
 
+def searched_order(
+    selection: Selection, debug: Mapping[str, Any]
+) -> tuple[list[PromptDocument], list[float]]:
+    """The sources' paragraphs and scores as the search alone ranked them: less what the question
+    memory's votes added (``debug.fused[].raw_scores.memory``), pages by their best paragraph. The gate
+    was fitted on the search's scores and ranks; votes are not evidence that a paragraph answers.
+    Without votes, the sources as they are."""
+    added: dict[str, float] = {}
+    for row in debug.get("fused") or []:
+        vote = (row.get("raw_scores") or {}).get(MEMORY_KEY)
+        if vote:
+            added[str(row.get("_id") or row.get("id"))] = float(vote)
+    sources, documents = selection.sources, selection.documents
+    if not added:
+        return list(documents), [s.score for s in sources]
+    scores = [s.score - added.get(s.doc_id, 0.0) for s in sources]
+    best: dict[int, float] = {}
+    for source, score in zip(sources, scores, strict=True):
+        best[source.page_id] = max(best.get(source.page_id, -math.inf), score)
+    order = sorted(range(len(sources)), key=lambda i: -best[sources[i].page_id])
+    return [documents[i] for i in order], [scores[i] for i in order]
+
+
 def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule | None) -> AbstentionRule:
     """The cross-language rule for a question in another language than its best paragraph, when given."""
     return cross_language if cross_language is not None and ev.cross_language else rule
@@ -310,12 +333,13 @@ async def assess(
         return decision
     gate = configured_gate(settings)
     if gate is not None:
+        documents, scores = searched_order(selection, debug)
         probability = await best_probability(
             retriever=sentences.retriever,
             gate=gate,
             question=request.question,
-            documents=selection.documents,
-            scores=[s.score for s in selection.sources],
+            documents=documents,
+            scores=scores,
             cross_language=bool(ev.cross_language),
         )
         decision = replace(decision, gate=probability)

@@ -24,7 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragbot.errors import ConfigurationError
-from ragbot.retrieval.fusion import FusedHit
+from ragbot.retrieval.fusion import FusedHit, page_order
+from ragbot.schemas.retrieval import MEMORY_KEY
 
 FORMAT = "ragbot-question-memory/1"
 DEFAULT_NEIGHBOURS = 10
@@ -167,14 +168,17 @@ class QuestionMemory:
 
 def with_votes(fused: Sequence[FusedHit], votes: Votes, weight: float) -> list[FusedHit]:
     """``fused`` re-sorted after adding ``weight`` x the best fused score x its page's vote share (relative
-    to the best retrieved page's) to each paragraph's score; unvoted paragraphs keep their order."""
-    found = [votes.shares[h.page_id] for h in fused if h.page_id in votes.shares]
+    to the best retrieved page's) to each paragraph's score, and noting the addition in its
+    ``raw_scores`` (``MEMORY_KEY``); unvoted paragraphs keep their order."""
+    movable = set(page_order(fused, lambda h: h.page_id)) & set(votes.shares)
+    found = [votes.shares[page] for page in movable]
     if not found or weight <= 0:
         return list(fused)
     # shares are taken relative to the best retrieved page, so its paragraphs gain the whole weight
     scale = weight * max(h.score for h in fused) / max(found)
     for hit in fused:
-        share = votes.shares.get(hit.page_id, 0.0)
-        if share:
-            hit.score += scale * share
+        if hit.page_id in movable:
+            bonus = scale * votes.shares[hit.page_id]
+            hit.score += bonus
+            hit.raw_scores[MEMORY_KEY] = bonus  # the debug view's fused list shows what the votes added
     return sorted(fused, key=lambda h: h.score, reverse=True)

@@ -121,6 +121,11 @@ def read_kind(branch: object) -> str | None:
     return "tuned" if branch.get("tuned") else (kind if isinstance(kind, str) else None)
 
 
+# In a fused row's ``raw_scores``: what the question memory's votes added to its score
+# (``ragbot.retrieval.memory``); the score less it is the search's own.
+MEMORY_KEY = "memory"
+
+
 class FusedRow(BaseModel):
     """A paragraph after fusion: its fused score, and its rank and raw score in each branch."""
 
