@@ -14,7 +14,7 @@ from support.engine_corpus import build
 
 from ragbot.errors import ConfigurationError
 from ragbot.retrieval.fusion import FusedHit
-from ragbot.retrieval.memory import QuestionMemory, Votes, with_votes
+from ragbot.retrieval.memory import QuestionMemory, Votes, check_loaded, with_votes
 from ragbot.schemas.retrieval import RetrieveRequest
 
 
@@ -56,6 +56,9 @@ def test_a_vector_of_another_size_or_a_bad_memory_is_refused() -> None:
         QuestionMemory(model="m", questions=["q"], pages=[[1], [2]], vectors=unit([1, 0]))
     with pytest.raises(ConfigurationError, match="temperature"):
         memory(temperature=0.0)
+    with pytest.raises(ConfigurationError, match="3-d vectors of m; the models loaded: \\['m'\\]"):
+        check_loaded(memory(), {"m": 384})
+    check_loaded(memory(), {"m": 3, "other": 384})
     empty = QuestionMemory(model="m", questions=[], pages=[], vectors=np.zeros((0, 3), dtype=np.float32))
     assert not empty.votes(np.ones(3, dtype=np.float32)).shares
 

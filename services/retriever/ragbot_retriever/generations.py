@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from ragbot.definition import DocumentDefinition, parse_definition
-from ragbot.errors import ConfigurationError, RagbotError
+from ragbot.errors import RagbotError
 from ragbot.observability.metrics import retrieval_metrics
 from ragbot.ports import Embedder, Generation, Generations, Reranker
 from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
-from ragbot.retrieval.memory import QuestionMemory
+from ragbot.retrieval.memory import QuestionMemory, check_loaded
 from ragbot.retrieval.translation import LexiconTranslator, keep_translating
 from ragbot.settings import StoreSettings
 from ragbot.stores.generations import LEGACY, OpenedGeneration, open_generation, stores_what
@@ -86,13 +86,8 @@ async def serve(
         embedders = reuse.embedders
     else:
         embedders = await asyncio.to_thread(_loaded, embedders_for, definition)
-    if memory is not None and len(memory):
-        loaded = embedders.get(memory.model)
-        if loaded is None or loaded.dimension != memory.dimension:
-            raise ConfigurationError(
-                f"the question memory holds {memory.dimension}-d vectors of {memory.model}; this "
-                f"generation's models: {sorted(embedders)} (write it again with ragbot remember-questions)"
-            )
+    if memory is not None:
+        check_loaded(memory, {name: e.dimension for name, e in embedders.items()})
     dimensions = dict(generation.dimensions) or {
         v.name: embedders[v.model].dimension for v in definition.vector_fields
     }

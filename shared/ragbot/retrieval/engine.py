@@ -20,13 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ragbot.definition import DocumentDefinition, VectorField
-from ragbot.errors import (
-    ConfigurationError,
-    DependencyUnavailable,
-    RagbotError,
-    StoreUnavailable,
-    ValidationFailed,
-)
+from ragbot.errors import DependencyUnavailable, RagbotError, StoreUnavailable, ValidationFailed
 from ragbot.observability.spans import span
 from ragbot.ports import Embedder, Filters, Reranker, SearchHit, SearchStore, Vector
 from ragbot.retrieval.fusion import (
@@ -38,7 +32,7 @@ from ragbot.retrieval.fusion import (
     fuse_scores,
     group_ranked,
 )
-from ragbot.retrieval.memory import QuestionMemory, Votes, with_votes
+from ragbot.retrieval.memory import QuestionMemory, Votes, check_loaded, with_votes
 from ragbot.retrieval.results import (
     BM25_BRANCH,
     TUNED_SUFFIX,
@@ -438,11 +432,8 @@ class RetrievalEngine:
         if memory is None or not len(memory) or self.defaults.memory_weight <= 0:
             return None
         vector = asked.get(memory.model)
-        if vector is None:
-            if memory.model not in self.embedders:
-                raise ConfigurationError(
-                    f"the question memory was written with {memory.model}, which this retriever does not load"
-                )
+        if vector is None:  # no dense search embedded it (lexical mode): embed it for the memory alone
+            check_loaded(memory, {m: e.dimension for m, e in self.embedders.items()})
             vector = (await self._embed_rows(memory.model, [query]))[0]
         return memory.votes(vector)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,16 @@ class QuestionMemory:
             neighbours=int(header["neighbours"]),
             temperature=float(header["temperature"]),
             about=dict(header.get("about") or {}),
+        )
+
+
+def check_loaded(memory: QuestionMemory, dimensions: Mapping[str, int]) -> None:
+    """Refuse ``memory`` unless its model is among those loaded (``dimensions``: model -> dimension)
+    with the dimension of its vectors."""
+    if len(memory) and dimensions.get(memory.model) != memory.dimension:
+        raise ConfigurationError(
+            f"the question memory holds {memory.dimension}-d vectors of {memory.model}; the models loaded: "
+            f"{sorted(dimensions)} (write it again with ragbot remember-questions)"
         )
 
 
