@@ -5,12 +5,12 @@ untuned list kept for the rule)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from support.question_files import FIRST_PAGES, first_pages, question_file
 
 from ragbot.cli.main import main
 from ragbot.embedders.query_tuning import (
@@ -30,7 +30,7 @@ from ragbot_retriever.app import build_resources
 
 ROOT = Path(__file__).resolve().parents[2]
 E5 = "multilingual-e5-small"
-GOLD = (100005, 100028, 100029)
+GOLD = FIRST_PAGES
 QUESTIONS = [
     ("How do I get an income tax refund?", 100005),
     ("Do teenagers who work get tax credit points?", 100028),
@@ -41,23 +41,7 @@ QUESTIONS = [
 
 def _sample(tmp_path: Path) -> tuple[Path, Path]:
     """The first three sample pages and four English questions about them."""
-    lines = (ROOT / "samples/kolzchut/pages.jsonl").read_text(encoding="utf-8").splitlines()[:3]
-    assert [json.loads(line)["page_id"] for line in lines] == list(GOLD)
-    pages = tmp_path / "pages.jsonl"
-    pages.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    questions = tmp_path / "questions.json"
-    questions.write_text(
-        json.dumps(
-            {
-                "questions": [
-                    {"id": f"q{i}", "language": "en", "question": q, "gold_page_id": gold}
-                    for i, (q, gold) in enumerate(QUESTIONS)
-                ]
-            }
-        ),
-        encoding="utf-8",
-    )
-    return pages, questions
+    return first_pages(tmp_path), question_file(tmp_path, QUESTIONS)
 
 
 async def test_tuning_writes_a_file_the_retriever_searches_english_questions_with(tmp_path: Path) -> None:

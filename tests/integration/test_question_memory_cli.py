@@ -4,8 +4,9 @@ it, and an English question near a remembered one puts that one's page first amo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from support.question_files import first_pages, question_file
 
 from ragbot.cli.main import main
 from ragbot.evaluation.sample_index import SampleIndex
@@ -14,9 +15,7 @@ from ragbot.schemas.retrieval import RetrieveRequest
 from ragbot.settings import ModelSettings, RetrieverSettings, StoreSettings
 from ragbot_retriever.app import build_resources
 
-ROOT = Path(__file__).resolve().parents[2]
 E5 = "multilingual-e5-small"
-PAGES = (100005, 100028, 100029)
 QUESTIONS = [
     ("Can a teenager with a summer job get income tax credit points?", 100028),
     ("Are there extra tax credit points for women?", 100029),
@@ -26,18 +25,8 @@ QUESTIONS = [
 
 
 def _sample(tmp_path: Path) -> tuple[Path, Path]:
-    lines = (ROOT / "samples/kolzchut/pages.jsonl").read_text(encoding="utf-8").splitlines()[:3]
-    assert [json.loads(line)["page_id"] for line in lines] == list(PAGES)
-    pages = tmp_path / "pages.jsonl"
-    pages.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    questions = tmp_path / "questions.json"
-    rows = [
-        {"id": f"q{i}", "language": "en", "question": q, "gold_page_id": gold}
-        for i, (q, gold) in enumerate(QUESTIONS)
-    ]
-    rows.append({"id": "again", "language": "en", "question": QUESTIONS[0][0], "gold_page_id": 100005})
-    questions.write_text(json.dumps({"questions": rows}), encoding="utf-8")
-    return pages, questions
+    """The first three sample pages, and the questions with the first one again under another page."""
+    return first_pages(tmp_path), question_file(tmp_path, [*QUESTIONS, (QUESTIONS[0][0], 100005)])
 
 
 async def test_remembered_questions_reorder_the_pages_found(tmp_path: Path) -> None:

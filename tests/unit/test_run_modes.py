@@ -61,41 +61,36 @@ def test_a_configured_mode_or_another_llm_is_left_alone(
     assert modes(run_script, tmp_path) == (None, None)
 
 
-def test_make_run_tunes_english_questions_with_the_sample_file_unless_told_otherwise(
-    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("variable", "sample"),
+    [
+        ("RAGBOT_RETRIEVER_QUERY_TUNING_PATH", "e5-queries.npz"),  # e5's query side tuned
+        ("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH", "question-memory.npz"),  # answered questions vote
+    ],
+)
+def test_make_run_sets_a_sample_file_unless_told_otherwise(
+    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, sample: str
 ) -> None:
-    def tuning() -> str | None:
+    def value() -> str | None:
         get_retriever_settings.cache_clear()
         env: dict[str, str] = run_script.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
-        return env.get("RAGBOT_RETRIEVER_QUERY_TUNING_PATH")
+        return env.get(variable)
 
-    path = tuning()
-    assert path is not None and Path(path) == ROOT / "samples" / "kolzchut" / "e5-queries.npz"
+    path = value()
+    assert path is not None and Path(path) == ROOT / "samples" / "kolzchut" / sample
     assert Path(path).is_file()
-    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_PATH", "")  # off
-    assert tuning() == ""
-    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_PATH", "/srv/mine.npz")
-    assert tuning() == "/srv/mine.npz"
+    monkeypatch.setenv(variable, "")  # off
+    assert value() == ""
+    monkeypatch.setenv(variable, "/srv/mine.npz")
+    assert value() == "/srv/mine.npz"
 
 
-def test_make_run_remembers_the_sample_questions_unless_told_otherwise(
-    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_sample_question_memory_holds_e5_vectors_of_the_read_question_sets() -> None:
     from ragbot.retrieval.memory import QuestionMemory
 
-    def memory() -> str | None:
-        get_retriever_settings.cache_clear()
-        env: dict[str, str] = run_script.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
-        return env.get("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH")
-
-    path = memory()
-    assert path is not None and Path(path) == ROOT / "samples" / "kolzchut" / "question-memory.npz"
-    shipped = QuestionMemory.load(Path(path))
-    assert len(shipped) > 900 and shipped.model == "multilingual-e5-small" and shipped.dimension == 384
-    monkeypatch.setenv("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH", "")  # off
-    assert memory() == ""
-    monkeypatch.setenv("RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH", "/srv/mine.npz")
-    assert memory() == "/srv/mine.npz"
+    shipped = QuestionMemory.load(ROOT / "samples" / "kolzchut" / "question-memory.npz")
+    assert len(shipped) == 1111 and shipped.model == "multilingual-e5-small" and shipped.dimension == 384
+    assert len(shipped.about["files"]) == 24 and all(shipped.pages)
 
 
 def test_make_run_indexes_with_the_client_key_and_says_why_it_cannot_without_one(
