@@ -28,7 +28,6 @@ from ragbot.schemas.retrieval import RetrieveRequest
 from ragbot.settings import ModelSettings, RetrieverSettings, StoreSettings
 from ragbot_retriever.app import build_resources
 
-ROOT = Path(__file__).resolve().parents[2]
 E5 = "multilingual-e5-small"
 GOLD = FIRST_PAGES
 QUESTIONS = [
