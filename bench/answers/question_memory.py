@@ -36,6 +36,17 @@ def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def file_keys(name: str, counts: dict[str, Any]) -> dict[str, int]:
+    """One file's counts as flat keys: ``question_memory_<set>_<variant>_<count>`` (the first file's set
+    is ``main``)."""
+    tag = "question_memory_" + (
+        name.removesuffix(".json").removeprefix("abstention_questions").lstrip("_") or "main"
+    )
+    out = {f"{tag}_{variant}_{key}": value for variant in VARIANTS for key, value in counts[variant].items()}
+    out[f"{tag}_remembered"] = counts["remembered"]
+    return out
+
+
 def shares(rows: Sequence[Any], language: dict[str, str], lang: str | None) -> dict[str, int]:
     """Counts for one language (None: both): answerable, gold cited, unanswerable, abstained on."""
     mine = [r for r in rows if lang is None or language[r.id] == lang]
@@ -64,7 +75,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
     llm = build_llm(settings=settings)
     index = await SampleIndex.build(DEFAULT_PAGES)
     started = time.perf_counter()
-    per_file: dict[str, Any] = {}
+    per_file: dict[str, int] = {}
     rows: dict[str, list[Any]] = {variant: [] for variant in VARIANTS}
     language: dict[str, str] = {}
     try:
@@ -98,7 +109,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
                 rows[variant] += figures["quote"].rows
                 counts[variant] = shares(figures["quote"].rows, language, None)
             counts["remembered"] = len(remembered)
-            per_file[Path(path).name] = counts
+            per_file.update(file_keys(Path(path).name, counts))
             sys.stdout.write(
                 f"{Path(path).name}: {json.dumps(counts)} ({time.perf_counter() - started:.0f} s)\n"
             )
@@ -118,7 +129,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
         "question_memory_files": len(files),
         "question_memory_questions": len(language),
         "question_memory_seconds": round(time.perf_counter() - started, 1),
-        "per_file": per_file,
+        **per_file,
     }
 
 
@@ -137,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     report = asyncio.run(measure(args.files))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    sys.stdout.write(json.dumps({k: v for k, v in report.items() if k != "per_file"}, indent=2) + "\n")
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
