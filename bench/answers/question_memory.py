@@ -32,10 +32,6 @@ MODEL = "multilingual-e5-small"
 VARIANTS = ("without", "with")
 
 
-def _key(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
 def file_keys(name: str, counts: dict[str, Any]) -> dict[str, int]:
     """One file's counts as flat keys: ``question_memory_<set>_<variant>_<count>`` (the first file's set
     is ``main``)."""
@@ -64,11 +60,10 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
     """Answer each file without and with the other files' memory; the counts per variant and language."""
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
-    from ragbot.evaluation.question_memory import answered
+    from ragbot.evaluation.question_memory import answered, question_key, remember
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
-    from ragbot.retrieval.memory import QuestionMemory
     from ragbot.settings import get_chat_settings
 
     settings = get_chat_settings()
@@ -86,18 +81,17 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
         overrides = {"query_tuning_path": ROOT / TUNED_QUERIES, "question_memory_path": None}
         for path in files:
             questions = load_questions(ROOT / path)
-            asked = {_key(q.question) for q in questions}
+            asked = {question_key(q.question) for q in questions}
             for q in questions:
                 language[q.id] = q.language
             remembered = [
-                q for other, qs in every.items() if other != path for q in qs if _key(q.question) not in asked
+                q
+                for other, qs in every.items()
+                if other != path
+                for q in qs
+                if question_key(q.question) not in asked
             ]
-            memory = QuestionMemory(
-                model=MODEL,
-                questions=[q.question for q in remembered],
-                pages=[sorted(q.gold_pages) for q in remembered],
-                vectors=np.stack([vectors[q.question] for q in remembered]),
-            )
+            memory = remember(remembered, np.stack([vectors[q.question] for q in remembered]), model=MODEL)
             counts: dict[str, Any] = {}
             for variant in VARIANTS:
                 engine = await index.engine_with(overrides, memory=memory if variant == "with" else None)

@@ -259,7 +259,7 @@ def searched_order(
     for row in debug.get("fused") or []:
         vote = (row.get("raw_scores") or {}).get(MEMORY_KEY)
         if vote:
-            added[str(row.get("_id") or row.get("id"))] = float(vote)
+            added[str(row.get("_id"))] = float(vote)
     sources, documents = selection.sources, selection.documents
     if not added:
         return list(documents), [s.score for s in sources]

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ragbot.errors import ValidationFailed
 from ragbot.evaluation.answers import AnswerQuestion, load_questions
@@ -20,13 +21,18 @@ from ragbot.retrieval.memory import DEFAULT_NEIGHBOURS, DEFAULT_TEMPERATURE, Que
 BATCH = 64
 
 
+def question_key(text: str) -> str:
+    """What two question texts share when they are the same question (spaces and case aside)."""
+    return " ".join(text.split()).casefold()
+
+
 def answered(paths: Iterable[Path]) -> list[AnswerQuestion]:
     """The answerable questions of ``paths``, each text once (its first file's gold pages)."""
     seen: set[str] = set()
     out: list[AnswerQuestion] = []
     for path in paths:
         for question in load_questions(path):
-            key = " ".join(question.question.split()).casefold()
+            key = question_key(question.question)
             if question.gold_page_id is None or key in seen:
                 continue
             seen.add(key)
@@ -49,19 +55,37 @@ def build_memory(
     t0 = time.perf_counter()
     texts = [q.question for q in questions]
     rows = [embedder.embed_queries(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)]
-    vectors = np.asarray(np.concatenate(rows), dtype=np.float32)
+    memory = remember(
+        questions,
+        np.asarray(np.concatenate(rows), dtype=np.float32),
+        model=model,
+        neighbours=neighbours,
+        temperature=temperature,
+    )
+    memory.about = {
+        **(about or {}),
+        "questions": len(questions),
+        "languages": sorted({q.language for q in questions}),
+        "pages": len({p for q in questions for p in q.gold_pages}),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    return memory
+
+
+def remember(
+    questions: Sequence[AnswerQuestion],
+    vectors: NDArray[np.float32],
+    *,
+    model: str,
+    neighbours: int = DEFAULT_NEIGHBOURS,
+    temperature: float = DEFAULT_TEMPERATURE,
+) -> QuestionMemory:
+    """A memory of ``questions`` with their gold pages, ``vectors`` their ``model`` vectors, row for row."""
     return QuestionMemory(
         model=model,
-        questions=texts,
+        questions=[q.question for q in questions],
         pages=[sorted(q.gold_pages) for q in questions],
         vectors=vectors,
         neighbours=neighbours,
         temperature=temperature,
-        about={
-            **(about or {}),
-            "questions": len(questions),
-            "languages": sorted({q.language for q in questions}),
-            "pages": len({p for q in questions for p in q.gold_pages}),
-            "seconds": round(time.perf_counter() - t0, 1),
-        },
     )
