@@ -246,6 +246,23 @@ class TunedRetriever(StaticRetriever):
         return response.model_copy(update={"debug": type(response.debug).model_validate(debug)})
 
 
+class RememberingRetriever(TunedRetriever):
+    """The tuned fake, as if its question memory had found a remembered question of ``page`` at
+    ``cosine`` (``debug.memory``)."""
+
+    def __init__(
+        self, documents: Sequence[dict[str, Any]], cosines: Sequence[float], *, page: int, cosine: float
+    ) -> None:
+        super().__init__(documents, cosines)
+        self.remembered = {"question": "remembered", "pages": [page], "cosine": cosine}
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
+        response = await super().retrieve(request)
+        debug = response.debug.model_dump()
+        debug["memory"] = {"neighbours": [self.remembered], "shares": {}}
+        return response.model_copy(update={"debug": type(response.debug).model_validate(debug)})
+
+
 class _RecordingServer:
     """A threaded HTTP server on 127.0.0.1 that records request bodies."""
 

@@ -8,7 +8,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from support.chat_fakes import ScriptedLLM, StaticRetriever, TunedRetriever, document
+import pytest
+from support.chat_fakes import RememberingRetriever, ScriptedLLM, StaticRetriever, TunedRetriever, document
 
 from ragbot.chat.answerability import (
     AbstentionRule,
@@ -17,6 +18,8 @@ from ragbot.chat.answerability import (
     decide,
     evidence,
     key_terms,
+    memory_evidence,
+    remembered,
     rule_for,
     searched_tuned,
 )
@@ -27,6 +30,7 @@ from ragbot.settings import ChatSettings
 from ragbot.settings.chat import (
     ABSTENTION_RULE,
     ABSTENTION_RULE_CROSS_LANGUAGE,
+    ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY,
     ABSTENTION_RULE_CROSS_LANGUAGE_TUNED,
 )
 
@@ -225,3 +229,68 @@ def test_a_cross_language_question_searched_tuned_is_decided_by_the_tuned_rule()
     # the shipped tuned rule reads the tuned cosine
     assert ABSTENTION_RULE_CROSS_LANGUAGE_TUNED["tuned_top"] > 0
     assert set(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED) <= set(AbstentionRule.__slots__)
+
+
+def test_a_tuned_turn_the_memory_voted_on_is_decided_by_the_memory_rule() -> None:
+    docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
+    tuned_answers = {"bias": -0.5, "tuned_top": 1.0, "threshold": 0.0}  # tuned cosine 0.55 >= 0.5
+    # answers when the nearest remembered question is close (0.9) and of the first page
+    memory_rule = {"bias": -1.5, "memory_best": 1.0, "memory_agree": 1.0, "threshold": 0.0}
+
+    def decide(retriever: StaticRetriever, rule: dict[str, float] | None) -> dict[str, Any]:
+        settings = ChatSettings(
+            _env_file=None,
+            abstention_rule_cross_language_tuned=tuned_answers,
+            abstention_rule_cross_language_memory=rule,
+            abstention_branches=[],
+        )
+        pipeline = ChatPipeline(
+            llm=ScriptedLLM(), retriever=retriever, prompts=PromptLibrary(), settings=settings
+        )
+        request = ChatRequest(question="Who is entitled to annual leave?", mode="strict", language="en")
+
+        async def collect() -> list[ChatEvent]:
+            return [e async for e in pipeline.run(request)]
+
+        decision: dict[str, Any] = asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr]
+        return decision
+
+    agreeing = decide(RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9), memory_rule)
+    assert agreeing["answer"] is True
+    assert agreeing["evidence"]["memory_best"] == 0.9 and agreeing["evidence"]["memory_agree"] == 1.0
+    # the nearest remembered question is of another page: the memory rule abstains
+    other = decide(RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), memory_rule)
+    assert other["answer"] is False and other["evidence"]["memory_agree"] == 0.0
+    # no memory rule: the tuned rule decides the same turn, and answers
+    assert decide(RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), None)["answer"] is True
+    # a retriever without a memory: the tuned rule decides, and the memory features are 0
+    plain = decide(TunedRetriever(docs, [0.6, 0.5]), memory_rule)
+    assert plain["answer"] is True and plain["evidence"]["memory_best"] == 0.0
+    # the shipped memory rule weighs both memory features up
+    assert ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY["memory_best"] > 0
+    assert set(ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY) <= set(AbstentionRule.__slots__)
+
+
+def test_memory_evidence_reads_the_nearest_remembered_question() -> None:
+    debug = {
+        "memory": {
+            "neighbours": [
+                {"question": "a", "pages": [3], "cosine": 0.8},
+                {"question": "b", "pages": [4, 5], "cosine": 0.93},
+            ]
+        }
+    }
+    assert memory_evidence(debug, 5) == (0.93, 1.0)
+    assert memory_evidence(debug, 3) == (0.93, 0.0)
+    assert memory_evidence(debug, None) == (0.93, 0.0)
+    assert memory_evidence({"memory": None}, 3) == (0.0, 0.0) and memory_evidence({}, 3) == (0.0, 0.0)
+    assert remembered(debug) and not remembered({"memory": {"neighbours": []}})
+
+
+def test_a_rule_is_turned_off_by_null_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGBOT_CHAT_ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY", "null")
+    monkeypatch.setenv("RAGBOT_CHAT_ABSTENTION_RULE_CROSS_LANGUAGE_TUNED", "null")
+    settings = ChatSettings(_env_file=None)
+    assert settings.abstention_rule_cross_language_memory is None
+    assert settings.abstention_rule_cross_language_tuned is None
+    assert settings.abstention_rule_cross_language is not None  # not named: its default stays

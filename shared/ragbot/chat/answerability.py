@@ -19,6 +19,9 @@ the turn already has, with no extra model call:
 - ``tuned_top``, ``tuned_gap``: ``dense_top`` and ``dense_gap`` read on the lists the retriever searched
   with a tuned query encoder (``ragbot.retrieval.tuned``; 0 when it searched none). The other dense
   features always read the untuned lists.
+- ``memory_best``, ``memory_agree``: the cosine of the question memory's nearest remembered question
+  (``ragbot.retrieval.memory``, the retriever's ``debug.memory``), and 1 when that question's page is
+  the retrieved first page; both 0 when the retriever has no memory.
 
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
@@ -30,7 +33,9 @@ gap even ranks the other way), so one line fitted on both language pairs served 
 pipeline asks it in ``strict`` and ``quote`` mode (the Kol-Zchut routes use those): an abstention
 answers "I did not find this" and lists the closest pages as related, not as an answer. A question in
 another language than its best paragraph that the retriever also searched with a tuned query encoder
-gets the tuned rule (``abstention_rule_cross_language_tuned``), fitted on such turns.
+gets the tuned rule (``abstention_rule_cross_language_tuned``), fitted on such turns; when the
+retriever's question memory voted too, the memory's rule (``abstention_rule_cross_language_memory``),
+fitted on such turns with the memory features beside the tuned rule's.
 
 A turn the rule would answer still abstains when the question asks an amount or a duration and no
 source sentence close to the best states one (``ragbot.chat.answer_kind``, ``answer_kind_margin``):
@@ -62,7 +67,9 @@ __all__ = [
     "dense_branches",
     "evidence",
     "key_terms",
+    "memory_evidence",
     "related_answer",
+    "remembered",
     "rule_for",
     "searched_tuned",
 ]
@@ -122,6 +129,8 @@ class Evidence:
     cross_language: float = 0.0
     tuned_top: float = 0.0
     tuned_gap: float = 0.0
+    memory_best: float = 0.0
+    memory_agree: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The features by name, rounded for debug and reports."""
@@ -150,11 +159,33 @@ def _top_page(rows: Sequence[Mapping[str, Any]], branch_names: set[str]) -> int 
     return None if top is None else top[1]
 
 
+def remembered(debug: Mapping[str, Any]) -> bool:
+    """Whether the retriever's question memory found remembered questions for this turn."""
+    return bool((debug.get("memory") or {}).get("neighbours"))
+
+
+def memory_evidence(debug: Mapping[str, Any], top_page: int | None) -> tuple[float, float]:
+    """The nearest remembered question's cosine, and 1.0 when its page is ``top_page`` (the retrieved
+    first page); (0, 0) without a memory."""
+    neighbours = (debug.get("memory") or {}).get("neighbours") or []
+    if not neighbours:
+        return 0.0, 0.0
+    nearest = max(neighbours, key=lambda n: float(n.get("cosine") or 0.0))
+    pages = {int(p) for p in nearest.get("pages") or []}
+    return float(nearest.get("cosine") or 0.0), float(top_page is not None and top_page in pages)
+
+
 def evidence(
-    *, question: str, debug: Mapping[str, Any], paragraphs: Sequence[str], sentence_top: float | None = None
+    *,
+    question: str,
+    debug: Mapping[str, Any],
+    paragraphs: Sequence[str],
+    sentence_top: float | None = None,
+    top_page: int | None = None,
 ) -> Evidence | None:
-    """The features of one turn from the retriever's debug view and the numbered paragraphs' texts; None
-    when the debug view holds no branch scores to read (a retriever that does not say)."""
+    """The features of one turn from the retriever's debug view, the numbered paragraphs' texts and the
+    retrieved first page; None when the debug view holds no branch scores to read (a retriever that does
+    not say)."""
     branches = debug.get("branches") or {}
     kinds = {name: read_kind(b) for name, b in branches.items()}
     dense = {n for n, k in kinds.items() if k == "dense"}
@@ -174,6 +205,7 @@ def evidence(
         bm25_gap = 0.0
     top_dense, top_bm25 = _top_page(rows, dense), _top_page(rows, bm25)
     agree = 1.0 if top_bm25 is not None and top_bm25 == top_dense else 0.0
+    memory_best, memory_agree = memory_evidence(debug, top_page)
     return Evidence(
         dense_top=dense_top,
         dense_gap=dense_gap,
@@ -186,6 +218,8 @@ def evidence(
         ),
         tuned_top=tuned_pages[0] if tuned_pages else 0.0,
         tuned_gap=tuned_pages[0] - tuned_pages[1] if len(tuned_pages) > 1 else 0.0,
+        memory_best=memory_best,
+        memory_agree=memory_agree,
     )
 
 
@@ -203,6 +237,8 @@ class AbstentionRule:
     cross_language: float = 0.0
     tuned_top: float = 0.0
     tuned_gap: float = 0.0
+    memory_best: float = 0.0
+    memory_agree: float = 0.0
     threshold: float = -math.inf
 
     def score(self, ev: Evidence) -> float:
@@ -218,6 +254,8 @@ class AbstentionRule:
             + self.cross_language * ev.cross_language
             + self.tuned_top * ev.tuned_top
             + self.tuned_gap * ev.tuned_gap
+            + self.memory_best * ev.memory_best
+            + self.memory_agree * ev.memory_agree
         )
 
 
@@ -318,6 +356,7 @@ async def assess(
         debug=debug,
         paragraphs=[d.text for d in selection.documents],
         sentence_top=None if best is None else float(best),
+        top_page=response.documents[0].page_id if response.documents else None,
     )
     if ev is None:
         return None
@@ -328,6 +367,9 @@ async def assess(
     tuned_rule = settings.abstention_rule_cross_language_tuned
     if tuned_rule is not None and ev.cross_language and searched_tuned(debug):
         rule = AbstentionRule(**tuned_rule)
+        memory_rule = settings.abstention_rule_cross_language_memory
+        if memory_rule is not None and remembered(debug):
+            rule = AbstentionRule(**memory_rule)
     decision = decide(ev, rule)
     if not decision.answer:
         return decision

@@ -102,6 +102,19 @@ ABSTENTION_RULE_CROSS_LANGUAGE_TUNED: dict[str, float] = {
     "coverage": 10.343259,
     "threshold": -0.395403,
 }
+# For a tuned cross-language turn on which the question memory voted (make run's): bench/answers/
+# memory_rule.py fitted it on the out-of-fold English turns of the 26 read question files
+# (bench/results/memory_rule.json), the tuned rule's features and the memory's.
+ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY: dict[str, float] = {
+    "bias": -88.029495,
+    "dense_top": 39.801874,
+    "tuned_top": 4.271741,
+    "sentence_top": -0.366094,
+    "coverage": 7.617518,
+    "memory_best": 57.479879,
+    "memory_agree": 1.305364,
+    "threshold": 0.644924,
+}
 # The same retrieval, fitted on 281 questions: the tuning half and the sets already read (the held-out
 # half, abstention_questions_fresh.json and _fresh3.json): --fit --fit-spent --translate chose every
 # feature, L2 5, target 0.95 (bench/results/abstention_fit_pooled.json); judged on _fresh4.json.
@@ -241,6 +254,12 @@ class ChatSettings(LLMSettings):
     # The retriever's dense branches the rule was fitted on (the shipped config/definition.json); with
     # other branches the rule does not decide (empty: decide with any).
     abstention_branches: list[str] = Field(default_factory=lambda: list(ABSTENTION_BRANCHES))
+    # For such a turn on which the retriever's question memory voted too (RAGBOT_RETRIEVER_QUESTION_
+    # MEMORY_PATH): the tuned rule's features and the memory's (memory_best, memory_agree). None: the
+    # tuned rule above.
+    abstention_rule_cross_language_memory: dict[str, float] | None = Field(
+        default_factory=lambda: dict(ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY)
+    )
     # The learned question-paragraph gate on the rule (ragbot.chat.pair_gate): a turn the rule answers
     # still abstains when its best paragraph's probability is under the gate's threshold. The path is a
     # gate file written by bench/answers/pair_gate.py (None: the one shipped with ragbot).

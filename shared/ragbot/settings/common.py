@@ -11,5 +11,12 @@ Precision = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 def settings_config(prefix: str) -> SettingsConfigDict:
-    """Read ``<prefix>NAME`` variables (and ``.env``); nested fields as ``<prefix>A__B``."""
-    return SettingsConfigDict(env_prefix=prefix, env_file=".env", extra="ignore", env_nested_delimiter="__")
+    """Read ``<prefix>NAME`` variables (and ``.env``); nested fields as ``<prefix>A__B``; the value
+    ``null`` sets an optional field to None (a rule or a file turned off)."""
+    return SettingsConfigDict(
+        env_prefix=prefix,
+        env_file=".env",
+        extra="ignore",
+        env_nested_delimiter="__",
+        env_parse_none_str="null",
+    )

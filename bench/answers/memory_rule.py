@@ -1,0 +1,223 @@
+"""Bench: fit and measure the abstention rule for English turns the question memory voted on.
+
+``make run`` answers an English question over the Hebrew pages with a tuned query encoder and a
+question memory (``ragbot.retrieval.tuned``, ``ragbot.retrieval.memory``). Such a turn gets the
+cross-language tuned rule (``ABSTENTION_RULE_CROSS_LANGUAGE_TUNED``), or, once the memory voted, the
+memory's rule (``ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY``), which also weighs the nearest remembered
+question's cosine and whether its page is the retrieved first page (``memory_best``, ``memory_agree``,
+``ragbot.chat.answerability``).
+
+Every read file's English questions are answered as ``make run`` answers them, out of fold twice
+over: the tuned encoder is fitted without the file's fold (``query_tuning.py``'s five folds) and the
+memory holds the other files' questions only. Every rule's threshold is off, so each turn records
+whether the gate, the answer-kind check or the quote mode abstained anyway and whether the answer cited
+a gold page; a rule's effect is then simulated exactly. The memory's rule is a logistic regression
+(``abstention._logistic``) of "answering helps" on the turns nothing else abstained on, its threshold
+the best sum of the gold-cited and abstained shares; figures are out of fold by the five folds, and the
+rule written is fitted on every turn.
+
+    python -m bench.answers.memory_rule [--turns FILE] [--from-turns FILE] [--out FILE]
+
+Not part of ``make bench`` (about 25 minutes on 2 cores); ``--from-turns`` refits in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pickle
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.answers.abstention import _logistic
+from bench.answers.query_tuning import E5, FOLDS, READ_FILES
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "memory_rule.json"
+FEATURES = ("dense_top", "tuned_top", "sentence_top", "coverage", "memory_best", "memory_agree")
+L2 = 1.0
+RULES = ("abstention_rule", "abstention_rule_cross_language", "abstention_rule_cross_language_tuned")
+
+
+async def collect() -> list[dict[str, Any]]:
+    """Every read file's English turns, out of fold, with every rule's threshold off."""
+    from ragbot.chat.pipeline import ChatPipeline
+    from ragbot.embedders.query_tuning import TunedE5Queries, fit_biases, shipped_e5
+    from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
+    from ragbot.evaluation.query_tuning import passage_matrix
+    from ragbot.evaluation.question_memory import answered, question_key, remember
+    from ragbot.evaluation.sample_index import SampleIndex
+    from ragbot.llms import build_llm
+    from ragbot.prompts import PromptLibrary
+    from ragbot.settings import get_chat_settings
+
+    shipped = get_chat_settings()
+    settings = shipped.model_copy(
+        update={
+            name: {**rule, "threshold": -1e9}
+            for name in RULES
+            if (rule := getattr(shipped, name)) is not None
+        }
+        | {"abstention_rule_cross_language_memory": None}
+    )
+    llm = build_llm(settings=settings)
+    index = await SampleIndex.build(DEFAULT_PAGES)
+    files = {path: load_questions(ROOT / path) for path in sorted(READ_FILES)}
+    names = list(files)
+    e5 = shipped_e5()
+    start = {k: v.clone() for k, v in e5._model.state_dict().items()}
+    encoder = TunedE5Queries.of(E5, e5)  # refitted in place for each fold
+    turns: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    try:
+        every = {path: answered([ROOT / path]) for path in names}
+        texts = sorted({q.question for qs in every.values() for q in qs})
+        vectors = dict(zip(texts, index.queries[E5].embed_queries(texts), strict=True))
+        prompts = PromptLibrary(settings.prompts_dir)
+        probe = await index.engine_with({})
+        passages, page_ids = await passage_matrix(
+            probe.engine, e5, DEFAULT_PAGES, settings.document_text_field
+        )
+        for fold in range(FOLDS):
+            held = names[fold::FOLDS]
+            pairs = [
+                (q.question, q.gold_pages)
+                for name in names
+                if name not in held
+                for q in files[name]
+                if q.gold_page_id is not None
+            ]
+            e5._model.load_state_dict(start)
+            fit_biases(e5, pairs, passages, page_ids)
+            for path in held:
+                asked = {question_key(q.question) for q in files[path]}
+                kept = [
+                    q
+                    for other, qs in every.items()
+                    if other != path
+                    for q in qs
+                    if question_key(q.question) not in asked
+                ]
+                memory = remember(kept, np.stack([vectors[q.question] for q in kept]), model=E5)
+                overrides = {"query_tuning_path": None, "question_memory_path": None}
+                retriever = await index.engine_with(overrides, memory=memory)
+                retriever.engine.tuned = {E5: encoder}
+                recorder = RecordingRetriever(retriever, text_field=settings.document_text_field)
+                pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
+                english = [q for q in files[path] if q.language == "en"]
+                rows = (
+                    await evaluate(pipeline=pipeline, recorder=recorder, questions=english, modes=["quote"])
+                )["quote"].rows
+                turns += [{**asdict(r), "file": path, "fold": fold} for r in rows if r.evidence]
+                sys.stdout.write(f"{Path(path).name}: {len(rows)} ({time.perf_counter() - started:.0f} s)\n")
+                sys.stdout.flush()
+    finally:
+        await index.close()
+        await llm.close()
+    return turns
+
+
+def score(rule: dict[str, float], evidence: dict[str, float]) -> float:
+    """A rule's score for one turn's evidence."""
+    return rule.get("bias", 0.0) + sum(
+        w * float(evidence.get(k, 0.0)) for k, w in rule.items() if k not in ("bias", "threshold")
+    )
+
+
+def counts(turns: Sequence[dict[str, Any]], answers: Sequence[bool]) -> tuple[int, int, int, int]:
+    """Gold cited, answerable, abstained, unanswerable, when each turn's rule answers as ``answers`` says
+    (the gate, the kind check and the quote mode still abstain where they did)."""
+    cited = abstained = answerable = 0
+    for turn, rule_answers in zip(turns, answers, strict=True):
+        answered = rule_answers and not turn["abstained"]
+        if turn["gold_page_id"] is not None:
+            answerable += 1
+            cited += answered and bool(turn["gold_cited"])
+        else:
+            abstained += not answered
+    return cited, answerable, abstained, len(turns) - answerable
+
+
+def best_threshold(turns: Sequence[dict[str, Any]], scores: np.ndarray) -> float:
+    """The threshold with the best sum of the gold-cited and abstained shares (midway to the next lower
+    score, so a turn at it answers)."""
+    ranked = sorted(set(scores.tolist()))
+    best: tuple[float, float] | None = None
+    for i, t in enumerate(ranked):
+        c, a, b, u = counts(turns, list(scores >= t))
+        value = c / max(a, 1) + b / max(u, 1)
+        if best is None or value > best[0] + 1e-12:
+            best = (value, (t + ranked[i - 1]) / 2 if i else t - 1e-3)
+    return best[1] if best else 0.0
+
+
+def fit(turns: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The memory's rule fitted on ``turns``: weights on the turns nothing else abstained on (a gold page
+    cited against unanswerable), the threshold on all."""
+    used = [t for t in turns if not t["abstained"] and (t["gold_page_id"] is None or t["gold_cited"])]
+    x = np.array([[float(t["evidence"].get(f, 0.0)) for f in FEATURES] for t in used])
+    y = np.array([t["gold_page_id"] is not None for t in used], dtype=float)
+    w, b = _logistic(x, y, l2=L2)
+    rule = {"bias": round(b, 6), **{f: round(float(v), 6) for f, v in zip(FEATURES, w, strict=True)}}
+    rule["threshold"] = round(best_threshold(turns, np.array([score(rule, t["evidence"]) for t in turns])), 6)
+    return rule
+
+
+def measure(turns: Sequence[dict[str, Any]], shipped: dict[str, float]) -> dict[str, Any]:
+    """Out-of-fold figures of the shipped tuned rule and of the memory's rule, and the rule fitted on all."""
+    tally = {"shipped": np.zeros(4, int), "memory": np.zeros(4, int)}
+    for fold in sorted({t["fold"] for t in turns}):
+        train = [t for t in turns if t["fold"] != fold]
+        test = [t for t in turns if t["fold"] == fold]
+        rule = fit(train)
+        tally["memory"] += counts(test, [score(rule, t["evidence"]) >= rule["threshold"] for t in test])
+        tally["shipped"] += counts(
+            test, [score(shipped, t["evidence"]) >= shipped["threshold"] for t in test]
+        )
+    out: dict[str, Any] = {"memory_rule_en_turns": len(turns)}
+    for name, (c, a, b, u) in tally.items():
+        out[f"memory_rule_en_gold_cited_{name}"] = round(c / max(a, 1), 4)
+        out[f"memory_rule_en_unanswerable_abstained_{name}"] = round(b / max(u, 1), 4)
+        out[f"memory_rule_en_cited_{name}"] = int(c)
+        out[f"memory_rule_en_abstained_{name}"] = int(b)
+    out["memory_rule_en_answerable"], out["memory_rule_en_unanswerable"] = (
+        int(tally["memory"][1]),
+        int(tally["memory"][3]),
+    )
+    out.update({f"memory_rule_{k}": v for k, v in fit(turns).items()})
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Collect (or read) the turns, measure out of fold and write the figures and the rule."""
+    from ragbot.settings.chat import ABSTENTION_RULE_CROSS_LANGUAGE_TUNED
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--turns", type=Path, help="keep the collected turns here (pickle)")
+    parser.add_argument("--from-turns", type=Path, help="refit from turns kept earlier; answer nothing")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if args.from_turns:
+        turns = pickle.loads(args.from_turns.read_bytes())
+    else:
+        turns = asyncio.run(collect())
+        if args.turns:
+            args.turns.write_bytes(pickle.dumps(turns))
+    report = measure(turns, dict(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
