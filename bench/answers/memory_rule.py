@@ -16,7 +16,11 @@ a gold page; a rule's effect is then simulated exactly. The memory's rule is a l
 the best sum of the gold-cited and abstained shares; figures are out of fold by the five folds, and the
 rule written is fitted on every turn.
 
-    python -m bench.answers.memory_rule [--turns FILE] [--from-turns FILE] [--out FILE]
+    python -m bench.answers.memory_rule [--language en|he] [--turns FILE] [--from-turns FILE] [--out FILE]
+
+``--language he`` answers the Hebrew questions instead and measures the same-language rule refitted
+with the memory's features beside its candidates (``FEATURES_SAME``) against the shipped one
+(``bench/results/memory_rule_he.json``): it gained nothing, so no such rule ships.
 
 Not part of ``make bench`` (about 25 minutes on 2 cores); ``--from-turns`` refits in seconds.
 """
@@ -43,12 +47,24 @@ from bench.answers.query_tuning import E5, FOLDS, READ_FILES
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_rule.json"
 FEATURES = ("dense_top", "tuned_top", "sentence_top", "coverage", "memory_best", "memory_agree")
+# A Hebrew question over the Hebrew pages: the same-language rule's candidate features and the memory's.
+FEATURES_SAME = (
+    "dense_top",
+    "dense_gap",
+    "bm25_gap",
+    "agree",
+    "coverage",
+    "sentence_top",
+    "memory_best",
+    "memory_agree",
+)
 L2 = 1.0
 RULES = ("abstention_rule", "abstention_rule_cross_language", "abstention_rule_cross_language_tuned")
 
 
-async def collect() -> list[dict[str, Any]]:
-    """Every read file's English turns, out of fold, with every rule's threshold off."""
+async def collect(language: str = "en") -> list[dict[str, Any]]:
+    """Every read file's turns in ``language``, out of fold, with every rule's threshold off (the tuned
+    encoder serves Latin-script questions only, so for Hebrew it is not refitted)."""
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.embedders.query_tuning import TunedE5Queries, fit_biases, shipped_e5
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
@@ -95,8 +111,9 @@ async def collect() -> list[dict[str, Any]]:
                 for q in files[name]
                 if q.gold_page_id is not None
             ]
-            e5._model.load_state_dict(start)
-            fit_biases(e5, pairs, passages, page_ids)
+            if language == "en":
+                e5._model.load_state_dict(start)
+                fit_biases(e5, pairs, passages, page_ids)
             for path in held:
                 asked = {question_key(q.question) for q in files[path]}
                 kept = [
@@ -112,9 +129,9 @@ async def collect() -> list[dict[str, Any]]:
                 retriever.engine.tuned = {E5: encoder}
                 recorder = RecordingRetriever(retriever, text_field=settings.document_text_field)
                 pipeline = ChatPipeline(llm=llm, retriever=recorder, prompts=prompts, settings=settings)
-                english = [q for q in files[path] if q.language == "en"]
+                asking = [q for q in files[path] if q.language == language]
                 rows = (
-                    await evaluate(pipeline=pipeline, recorder=recorder, questions=english, modes=["quote"])
+                    await evaluate(pipeline=pipeline, recorder=recorder, questions=asking, modes=["quote"])
                 )["quote"].rows
                 turns += [{**asdict(r), "file": path, "fold": fold} for r in rows if r.evidence]
                 sys.stdout.write(f"{Path(path).name}: {len(rows)} ({time.perf_counter() - started:.0f} s)\n")
@@ -159,63 +176,79 @@ def best_threshold(turns: Sequence[dict[str, Any]], scores: np.ndarray) -> float
     return best[1] if best else 0.0
 
 
-def fit(turns: Sequence[dict[str, Any]]) -> dict[str, float]:
+def fit(turns: Sequence[dict[str, Any]], features: Sequence[str] = FEATURES) -> dict[str, float]:
     """The memory's rule fitted on ``turns``: weights on the turns nothing else abstained on (a gold page
     cited against unanswerable), the threshold on all."""
     used = [t for t in turns if not t["abstained"] and (t["gold_page_id"] is None or t["gold_cited"])]
-    x = np.array([[float(t["evidence"].get(f, 0.0)) for f in FEATURES] for t in used])
+    x = np.array([[float(t["evidence"].get(f, 0.0)) for f in features] for t in used])
     y = np.array([t["gold_page_id"] is not None for t in used], dtype=float)
     w, b = _logistic(x, y, l2=L2)
-    rule = {"bias": round(b, 6), **{f: round(float(v), 6) for f, v in zip(FEATURES, w, strict=True)}}
+    rule = {"bias": round(b, 6), **{f: round(float(v), 6) for f, v in zip(features, w, strict=True)}}
     rule["threshold"] = round(best_threshold(turns, np.array([score(rule, t["evidence"]) for t in turns])), 6)
     return rule
 
 
-def measure(turns: Sequence[dict[str, Any]], shipped: dict[str, float]) -> dict[str, Any]:
-    """Out-of-fold figures of the shipped tuned rule and of the memory's rule, and the rule fitted on all."""
+def measure(
+    turns: Sequence[dict[str, Any]],
+    shipped: dict[str, float],
+    *,
+    language: str = "en",
+    features: Sequence[str] = FEATURES,
+) -> dict[str, Any]:
+    """Out-of-fold figures of the shipped rule and of the memory's rule (``memory_rule_<language>_…``),
+    and the rule fitted on all (``memory_rule_<feature>``)."""
     tally = {"shipped": np.zeros(4, int), "memory": np.zeros(4, int)}
     for fold in sorted({t["fold"] for t in turns}):
         train = [t for t in turns if t["fold"] != fold]
         test = [t for t in turns if t["fold"] == fold]
-        rule = fit(train)
+        rule = fit(train, features)
         tally["memory"] += counts(test, [score(rule, t["evidence"]) >= rule["threshold"] for t in test])
         tally["shipped"] += counts(
             test, [score(shipped, t["evidence"]) >= shipped["threshold"] for t in test]
         )
-    out: dict[str, Any] = {"memory_rule_en_turns": len(turns)}
+    tag = f"memory_rule_{language}"
+    out: dict[str, Any] = {f"{tag}_turns": len(turns)}
     for name, (c, a, b, u) in tally.items():
-        out[f"memory_rule_en_gold_cited_{name}"] = round(c / max(a, 1), 4)
-        out[f"memory_rule_en_unanswerable_abstained_{name}"] = round(b / max(u, 1), 4)
-        out[f"memory_rule_en_cited_{name}"] = int(c)
-        out[f"memory_rule_en_abstained_{name}"] = int(b)
-    out["memory_rule_en_answerable"], out["memory_rule_en_unanswerable"] = (
-        int(tally["memory"][1]),
-        int(tally["memory"][3]),
-    )
-    out.update({f"memory_rule_{k}": v for k, v in fit(turns).items()})
+        out[f"{tag}_gold_cited_{name}"] = round(c / max(a, 1), 4)
+        out[f"{tag}_unanswerable_abstained_{name}"] = round(b / max(u, 1), 4)
+        out[f"{tag}_cited_{name}"] = int(c)
+        out[f"{tag}_abstained_{name}"] = int(b)
+    out[f"{tag}_answerable"], out[f"{tag}_unanswerable"] = int(tally["memory"][1]), int(tally["memory"][3])
+    out.update({f"memory_rule_{k}": v for k, v in fit(turns, features).items()})
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     """Collect (or read) the turns, measure out of fold and write the figures and the rule."""
-    from ragbot.settings.chat import ABSTENTION_RULE_CROSS_LANGUAGE_TUNED
+    from ragbot.settings.chat import ABSTENTION_RULE, ABSTENTION_RULE_CROSS_LANGUAGE_TUNED
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=Path, help="keep the collected turns here (pickle)")
     parser.add_argument("--from-turns", type=Path, help="refit from turns kept earlier; answer nothing")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--language",
+        choices=("en", "he"),
+        default="en",
+        help="en: the tuned cross-language turns; he: Hebrew",
+    )
+    parser.add_argument("--out", type=Path, help=f"default {RESULTS.name} (en), memory_rule_he.json (he)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if args.from_turns:
         turns = pickle.loads(args.from_turns.read_bytes())
     else:
-        turns = asyncio.run(collect())
+        turns = asyncio.run(collect(args.language))
         if args.turns:
             args.turns.write_bytes(pickle.dumps(turns))
-    report = measure(turns, dict(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.language == "en":
+        report = measure(turns, dict(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED))
+    else:
+        same = [t for t in turns if not t["evidence"].get("cross_language")]
+        report = measure(same, dict(ABSTENTION_RULE), language="he", features=FEATURES_SAME)
+    out = args.out or RESULTS.with_name(RESULTS.name if args.language == "en" else "memory_rule_he.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
 
 
