@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from bench.answers.abstention import _logistic
-from bench.answers.query_tuning import E5, FOLDS, READ_FILES
+from bench.answers.query_tuning import E5, FOLDS, READ_FILES, fold_pairs
+from bench.answers.question_memory import out_of_fold
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_rule.json"
@@ -69,7 +70,7 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
     from ragbot.embedders.query_tuning import TunedE5Queries, fit_biases, shipped_e5
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
     from ragbot.evaluation.query_tuning import passage_matrix
-    from ragbot.evaluation.question_memory import answered, question_key, remember
+    from ragbot.evaluation.question_memory import answered
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
@@ -104,26 +105,11 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
         )
         for fold in range(FOLDS):
             held = names[fold::FOLDS]
-            pairs = [
-                (q.question, q.gold_pages)
-                for name in names
-                if name not in held
-                for q in files[name]
-                if q.gold_page_id is not None
-            ]
             if language == "en":
                 e5._model.load_state_dict(start)
-                fit_biases(e5, pairs, passages, page_ids)
+                fit_biases(e5, fold_pairs(files, set(held)), passages, page_ids)
             for path in held:
-                asked = {question_key(q.question) for q in files[path]}
-                kept = [
-                    q
-                    for other, qs in every.items()
-                    if other != path
-                    for q in qs
-                    if question_key(q.question) not in asked
-                ]
-                memory = remember(kept, np.stack([vectors[q.question] for q in kept]), model=E5)
+                memory, _ = out_of_fold(path, files[path], every, vectors)
                 overrides = {"query_tuning_path": None, "question_memory_path": None}
                 retriever = await index.engine_with(overrides, memory=memory)
                 retriever.engine.tuned = {E5: encoder}

@@ -66,6 +66,17 @@ TUNED_FEATURE_SETS: dict[str, tuple[str, ...]] = {
 E5 = "multilingual-e5-small"
 
 
+def fold_pairs(files: Mapping[str, Sequence[Any]], held: set[str]) -> list[tuple[str, set[int]]]:
+    """The (question, gold pages) pairs of every answerable question outside the ``held`` files."""
+    return [
+        (q.question, q.gold_pages)
+        for name, questions in files.items()
+        if name not in held
+        for q in questions
+        if q.gold_page_id is not None
+    ]
+
+
 async def run(fit_rows: list[dict[str, Any]], *, fit_only: bool = False) -> dict[str, float]:
     """Every fold's English answers, untuned and tuned, with the rule and without (those turns added to
     ``fit_rows``; ``fit_only``: only those); the figures."""
@@ -97,13 +108,7 @@ async def run(fit_rows: list[dict[str, Any]], *, fit_only: bool = False) -> dict
         names = list(files)
         for fold in range(FOLDS):
             held = set(names[fold::FOLDS])
-            pairs = [
-                (q.question, q.gold_pages)
-                for name in names
-                if name not in held
-                for q in files[name]
-                if q.gold_page_id is not None
-            ]
+            pairs = fold_pairs(files, held)
             started = time.perf_counter()
             e5._model.load_state_dict(start)
             fit_biases(e5, pairs, passages, page_ids)

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,20 @@ def file_keys(name: str, counts: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def out_of_fold(
+    path: str, asked: Sequence[Any], every: Mapping[str, Sequence[Any]], vectors: Mapping[str, np.ndarray]
+) -> tuple[Any, int]:
+    """A memory of every other read file's answerable questions for the file at ``path`` (none whose
+    text is ``asked`` in it), and how many it holds."""
+    from ragbot.evaluation.question_memory import question_key, remember
+
+    keys = {question_key(q.question) for q in asked}
+    kept = [
+        q for other, qs in every.items() if other != path for q in qs if question_key(q.question) not in keys
+    ]
+    return remember(kept, np.stack([vectors[q.question] for q in kept]), model=MODEL), len(kept)
+
+
 def shares(rows: Sequence[Any], language: dict[str, str], lang: str | None) -> dict[str, int]:
     """Counts for one language (None: both): answerable, gold cited, unanswerable, abstained on."""
     mine = [r for r in rows if lang is None or language[r.id] == lang]
@@ -60,7 +74,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
     """Answer each file without and with the other files' memory; the counts per variant and language."""
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
-    from ragbot.evaluation.question_memory import answered, question_key, remember
+    from ragbot.evaluation.question_memory import answered
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
@@ -81,17 +95,9 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
         overrides = {"query_tuning_path": ROOT / TUNED_QUERIES, "question_memory_path": None}
         for path in files:
             questions = load_questions(ROOT / path)
-            asked = {question_key(q.question) for q in questions}
             for q in questions:
                 language[q.id] = q.language
-            remembered = [
-                q
-                for other, qs in every.items()
-                if other != path
-                for q in qs
-                if question_key(q.question) not in asked
-            ]
-            memory = remember(remembered, np.stack([vectors[q.question] for q in remembered]), model=MODEL)
+            memory, remembered = out_of_fold(path, questions, every, vectors)
             counts: dict[str, Any] = {}
             for variant in VARIANTS:
                 engine = await index.engine_with(overrides, memory=memory if variant == "with" else None)
@@ -102,7 +108,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
                 )
                 rows[variant] += figures["quote"].rows
                 counts[variant] = shares(figures["quote"].rows, language, None)
-            counts["remembered"] = len(remembered)
+            counts["remembered"] = remembered
             per_file.update(file_keys(Path(path).name, counts))
             sys.stdout.write(
                 f"{Path(path).name}: {json.dumps(counts)} ({time.perf_counter() - started:.0f} s)\n"
