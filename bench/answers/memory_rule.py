@@ -35,7 +35,7 @@ import pickle
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +129,12 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
 
 
 def score(rule: dict[str, float], evidence: dict[str, float]) -> float:
-    """A rule's score for one turn's evidence."""
-    return rule.get("bias", 0.0) + sum(
-        w * float(evidence.get(k, 0.0)) for k, w in rule.items() if k not in ("bias", "threshold")
-    )
+    """A rule's score for one turn's evidence, as the chat scores it (``AbstentionRule.score``; a feature
+    the evidence lacks reads 0)."""
+    from ragbot.chat.answerability import AbstentionRule, Evidence
+
+    known = {f.name: float(evidence.get(f.name, 0.0)) for f in fields(Evidence)}
+    return AbstentionRule(**rule).score(Evidence(**known))
 
 
 def counts(turns: Sequence[dict[str, Any]], answers: Sequence[bool]) -> tuple[int, int, int, int]:
