@@ -26,6 +26,7 @@ def register(subparsers: Any) -> None:
         ORDER_THRESHOLD,
         SUPPORT_THRESHOLD,
     )
+    from ragbot.evaluation.paraphrases import DEFAULT_OVERLAP
 
     ea = subparsers.add_parser(
         "eval-answers",
@@ -60,16 +61,46 @@ def register(subparsers: Any) -> None:
     ea.add_argument("--max-tokens", type=int, help="answer token cap (default: RAGBOT_CHAT_LLM_MAX_TOKENS)")
     ea.add_argument("--language", choices=["he", "en"], help="only the questions in this language")
     ea.add_argument("--output", type=Path, help="write the whole report (every answer) as JSON here")
+    ea.add_argument(
+        "--unlike",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="question files already read: leave out every question that near-paraphrases one of theirs "
+        "(ragbot.evaluation.paraphrases)",
+    )
+    ea.add_argument(
+        "--unlike-overlap",
+        type=float,
+        default=DEFAULT_OVERLAP,
+        help=f"the word overlap (Jaccard) that counts as a near-paraphrase (default: {DEFAULT_OVERLAP})",
+    )
     ea.set_defaults(handler=run_eval_answers)
 
 
 def run_eval_answers(args: argparse.Namespace) -> int:
     """``ragbot eval-answers``: print the figures per mode, write the report when asked."""
     from ragbot.evaluation.answers import half_of, load_questions, run_answers
+    from ragbot.evaluation.paraphrases import nearest
 
     questions = [q for q in load_questions(args.questions) if args.language in (None, q.language)]
     if args.half != "all":
         questions = half_of(questions, args.half)
+    left_out: list[dict[str, Any]] = []
+    earlier: list[str] = []
+    if args.unlike:
+        if not 0.0 < args.unlike_overlap <= 1.0:
+            sys.stderr.write(f"--unlike-overlap must be in (0, 1], got {args.unlike_overlap}\n")
+            return 2
+        earlier = [q.question for path in args.unlike for q in load_questions(path)]
+        near = nearest([q.question for q in questions], earlier)
+        left_out = [
+            {"id": q.id, "question": q.question, "earlier": n.earlier, "overlap": round(n.overlap, 4)}
+            for q, n in zip(questions, near, strict=True)
+            if n.overlap >= args.unlike_overlap
+        ]
+        dropped = {row["id"] for row in left_out}
+        questions = [q for q in questions if q.id not in dropped]
     overrides = {"llm_max_tokens": args.max_tokens} if args.max_tokens else {}
     run = asyncio.run(
         run_answers(
@@ -82,8 +113,15 @@ def run_eval_answers(args: argparse.Namespace) -> int:
         )
     )
     report = run.report()
+    if args.unlike:
+        report["unlike"] = {"overlap": args.unlike_overlap, "left_out": left_out}
     if args.output:
         args.output.write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    if args.unlike:
+        sys.stdout.write(
+            f"left out {len(left_out)} near-paraphrases (word overlap >= {args.unlike_overlap}) "
+            f"of {len(earlier)} earlier questions\n"
+        )
     sys.stdout.write(f"{run.questions} questions ({args.half}); retrieval: {run.retrieval}; llm: {run.llm}\n")
     heads = ("gold_cited", "supported", "loop_rate", "abstained", "off_topic", "furniture")
     sys.stdout.write(f"{'mode':<16} " + " ".join(f"{h:>10}" for h in heads) + f" {'s/answer':>9}\n")
