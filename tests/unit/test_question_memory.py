@@ -14,7 +14,7 @@ from support.engine_corpus import build
 
 from ragbot.errors import ConfigurationError
 from ragbot.retrieval.fusion import FusedHit
-from ragbot.retrieval.memory import QuestionMemory, Votes, check_loaded, with_votes
+from ragbot.retrieval.memory import Neighbour, QuestionMemory, Votes, check_loaded, vote_weight, with_votes
 from ragbot.schemas.retrieval import RetrieveRequest
 
 
@@ -97,6 +97,30 @@ def test_votes_raise_retrieved_pages_only_relative_to_the_best_retrieved_one() -
     assert [h.doc_id for h in with_votes(again, Votes(neighbours=[], shares={9: 1.0}), 1.0)] == ["a", "c"]
 
 
+def test_a_very_near_remembered_question_adds_more_weight() -> None:
+    def votes(cosine: float) -> Votes:
+        return Votes(neighbours=[Neighbour("q", (2,), cosine, 1.0)], shares={2: 1.0})
+
+    # the shipped 0.5, plus 5 x how far the nearest cosine passes 0.9
+    assert vote_weight(votes(0.85), 0.5, 0.9, 5.0) == 0.5
+    assert vote_weight(votes(0.96), 0.5, 0.9, 5.0) == pytest.approx(0.8)
+    assert vote_weight(votes(0.96), 0.5, 0.9, 0.0) == 0.5
+    # a weight of 0 keeps the memory off, and no neighbours add nothing
+    assert vote_weight(votes(1.0), 0.0, 0.9, 5.0) == 0.0
+    assert vote_weight(Votes(neighbours=[]), 0.5, 0.9, 5.0) == 0.5
+    # the larger weight can move a page the fixed one could not: c gains 0.8 x 2.0 = 1.6 and passes a
+    fused = [hit("a", 1, 2.0), hit("c", 2, 0.6)]
+    assert [h.doc_id for h in with_votes(fused, votes(0.85), vote_weight(votes(0.85), 0.5, 0.9, 5.0))] == [
+        "a",
+        "c",
+    ]
+    fused = [hit("a", 1, 2.0), hit("c", 2, 0.6)]
+    assert [h.doc_id for h in with_votes(fused, votes(0.96), vote_weight(votes(0.96), 0.5, 0.9, 5.0))] == [
+        "c",
+        "a",
+    ]
+
+
 async def test_the_engine_puts_the_page_remembered_questions_point_to_first() -> None:
     engine, _, embs = build()
     question = "benefits"
@@ -113,6 +137,9 @@ async def test_the_engine_puts_the_page_remembered_questions_point_to_first() ->
     assert after.debug.memory is not None
     assert after.debug.memory.neighbours[0].question == "what benefits are there"
     assert after.debug.memory.shares == {str(wanted): 1.0}
+    # the asked question's nearest remembered one; the weight says what its page gained
+    nearest = after.debug.memory.neighbours[0].cosine
+    assert after.debug.memory.weight == pytest.approx(0.5 + 5.0 * max(0.0, nearest - 0.9), abs=1e-5)
 
     # a page the search did not find is never added
     engine.memory = QuestionMemory(model="alpha", questions=["x"], pages=[[99]], vectors=vector)

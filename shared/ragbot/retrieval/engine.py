@@ -32,7 +32,7 @@ from ragbot.retrieval.fusion import (
     fuse_scores,
     group_ranked,
 )
-from ragbot.retrieval.memory import QuestionMemory, Votes, check_loaded, with_votes
+from ragbot.retrieval.memory import QuestionMemory, Votes, check_loaded, vote_weight, with_votes
 from ragbot.retrieval.results import (
     BM25_BRANCH,
     TUNED_SUFFIX,
@@ -190,8 +190,12 @@ class RetrievalEngine:
             method, lists, weights=weights, k=k, dense=[b.name for b in branches if b.kind == "dense"]
         )
         votes = await self._votes(query, asked) if fused else None
+        memory_debug: dict[str, Any] | None = None
         if votes is not None:
-            fused = with_votes(fused, votes, self.defaults.memory_weight)
+            d = self.defaults
+            weight = vote_weight(votes, d.memory_weight, d.memory_near, d.memory_near_weight)
+            fused = with_votes(fused, votes, weight)
+            memory_debug = {**votes.as_debug(), "weight": round(weight, 6)}
         timings["fusion"] = _ms(time.perf_counter() - t0)
 
         result = RetrievalResult(
@@ -208,7 +212,7 @@ class RetrievalEngine:
             routing=routing.as_debug() if any(r.kind == "dense" for r in routing.routes) else None,
             skipped_branches=list(routing.skipped),
             translation=translation,
-            memory=votes.as_debug() if votes is not None else None,
+            memory=memory_debug,
         )
         ranked = fused
         if rerank and fused:

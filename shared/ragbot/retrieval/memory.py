@@ -2,7 +2,8 @@
 
 A new question's nearest remembered questions (cosine of one model's question vectors) vote for their
 pages, each vote weighted ``exp((cosine - best cosine) / temperature)``. The votes then raise the
-fused score of the retrieved paragraphs of those pages (``with_votes``): a page the search did not find
+fused score of the retrieved paragraphs of those pages (``with_votes``), by more when the nearest
+remembered question is very near (``vote_weight``): a page the search did not find
 is never added, so the memory reorders what was retrieved and cannot make an answer from nothing.
 Questions asked in one language match earlier questions in the same language better than they match
 pages written in another: on a Hebrew wiki, English questions gain most (docs/benchmarks.md).
@@ -174,6 +175,14 @@ def check_loaded(memory: QuestionMemory, dimensions: Mapping[str, int]) -> None:
             f"the question memory holds {memory.dimension}-d vectors of {memory.model}; the models loaded: "
             f"{sorted(dimensions)} (write it again with ragbot remember-questions)"
         )
+
+
+def vote_weight(votes: Votes, weight: float, near: float, near_weight: float) -> float:
+    """How much ``votes`` add, in units of the best fused score: ``weight``, plus ``near_weight`` x how
+    far the nearest remembered question's cosine passes ``near`` (a near neighbour is surer evidence)."""
+    if weight <= 0 or not votes.neighbours:
+        return weight
+    return weight + near_weight * max(0.0, votes.neighbours[0].cosine - near)
 
 
 def with_votes(fused: Sequence[FusedHit], votes: Votes, weight: float) -> list[FusedHit]:

@@ -42,8 +42,11 @@ class RetrievalDefaults:
     translation_bm25: bool = True
     # The weight of the whole question in choosing each word's translation (settings).
     translation_context: float = CONTEXT_WEIGHT
-    # How much the question memory's votes add, in units of the best fused score (0: not consulted).
+    # How much the question memory's votes add, in units of the best fused score (0: not consulted),
+    # and how much more when the nearest remembered question's cosine passes memory_near.
     memory_weight: float = 0.5
+    memory_near: float = 0.9
+    memory_near_weight: float = 5.0
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -66,6 +69,8 @@ class RetrievalDefaults:
             translation_bm25=settings.translation_bm25,
             translation_context=settings.translation_context,
             memory_weight=settings.question_memory_weight,
+            memory_near=settings.question_memory_near,
+            memory_near_weight=settings.question_memory_near_weight,
         )
 
 
@@ -108,7 +113,7 @@ class RetrievalResult:
     skipped_branches: list[Branch] = field(default_factory=list)
     # An English question's words translated into the corpus's language: model, language and words.
     translation: dict[str, str] | None = None
-    # The question memory's neighbours and page vote shares (``ragbot.retrieval.memory.Votes.as_debug``).
+    # The question memory's neighbours, page vote shares (``Votes.as_debug``) and the weight it added.
     memory: dict[str, Any] | None = None
 
     @property

@@ -207,6 +207,11 @@ class MemoryDebug(BaseModel):
     shares: dict[str, float] = Field(
         default_factory=dict, description="page id -> its vote relative to the best-voted page's"
     )
+    weight: float | None = Field(
+        default=None,
+        description="what the best-voted retrieved page's paragraphs gained, in units of the best fused "
+        "score (the memory's weight, more when the nearest remembered question is very near)",
+    )
 
 
 class RetrievalDebug(BaseModel):

@@ -79,6 +79,11 @@ class RetrieverSettings(BaseSettings):
     # by question_memory_weight x the best fused score at most. Empty: off.
     question_memory_path: Path | None = None
     question_memory_weight: float = Field(default=0.5, ge=0.0, le=10.0)
+    # A near remembered question counts more: the weight grows by question_memory_near_weight x how far
+    # the nearest one's cosine passes question_memory_near (0: a fixed weight). Chosen out of fold on
+    # Kol-Zchut's read question sets (docs/benchmarks.md).
+    question_memory_near: float = Field(default=0.9, ge=-1.0, le=1.0)
+    question_memory_near_weight: float = Field(default=5.0, ge=0.0, le=100.0)
 
     @field_validator("query_tuning_path", "question_memory_path", mode="before")
     @classmethod
