@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from bench.answers.abstention import _logistic
-from bench.answers.query_tuning import E5, FOLDS, READ_FILES, fold_pairs
-from bench.answers.question_memory import out_of_fold
+from bench.answers.query_tuning import E5, FOLDS
+from bench.answers.question_memory import out_of_fold, read_folds
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_rule.json"
@@ -67,10 +67,7 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
     """Every read file's turns in ``language``, out of fold, with every rule's threshold off (the tuned
     encoder serves Latin-script questions only, so for Hebrew it is not refitted)."""
     from ragbot.chat.pipeline import ChatPipeline
-    from ragbot.embedders.query_tuning import TunedE5Queries, fit_biases, shipped_e5
-    from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
-    from ragbot.evaluation.query_tuning import passage_matrix
-    from ragbot.evaluation.question_memory import answered
+    from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
@@ -87,27 +84,16 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
     )
     llm = build_llm(settings=settings)
     index = await SampleIndex.build(DEFAULT_PAGES)
-    files = {path: load_questions(ROOT / path) for path in sorted(READ_FILES)}
-    names = list(files)
-    e5 = shipped_e5()
-    start = {k: v.clone() for k, v in e5._model.state_dict().items()}
-    encoder = TunedE5Queries.of(E5, e5)  # refitted in place for each fold
     turns: list[dict[str, Any]] = []
     started = time.perf_counter()
     try:
-        every = {path: answered([ROOT / path]) for path in names}
-        texts = sorted({q.question for qs in every.values() for q in qs})
-        vectors = dict(zip(texts, index.queries[E5].embed_queries(texts), strict=True))
+        folds = await read_folds(index, settings.document_text_field)
+        files, every, vectors, encoder = folds.files, folds.every, folds.vectors, folds.encoder
         prompts = PromptLibrary(settings.prompts_dir)
-        probe = await index.engine_with({})
-        passages, page_ids = await passage_matrix(
-            probe.engine, e5, DEFAULT_PAGES, settings.document_text_field
-        )
         for fold in range(FOLDS):
-            held = names[fold::FOLDS]
+            held = folds.held(fold)
             if language == "en":
-                e5._model.load_state_dict(start)
-                fit_biases(e5, fold_pairs(files, set(held)), passages, page_ids)
+                folds.refit(fold)
             for path in held:
                 memory, _ = out_of_fold(path, files[path], every, vectors)
                 overrides = {"query_tuning_path": None, "question_memory_path": None}

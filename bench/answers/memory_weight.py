@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.answers.query_tuning import E5, FOLDS, READ_FILES, fold_pairs
-from bench.answers.question_memory import out_of_fold
+from bench.answers.query_tuning import E5, FOLDS
+from bench.answers.question_memory import out_of_fold, read_folds
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_weight.json"
@@ -46,39 +46,24 @@ Scheme = tuple[float, float, float]  # (weight, near, near_weight)
 
 async def collect() -> list[dict[str, Any]]:
     """Every read file's turns, out of fold: fused list before the votes, the votes, gold page."""
-    from ragbot.embedders.query_tuning import TunedE5Queries, fit_biases, shipped_e5
-    from ragbot.evaluation.answers import DEFAULT_PAGES, load_questions
-    from ragbot.evaluation.query_tuning import passage_matrix
-    from ragbot.evaluation.question_memory import answered
+    from ragbot.evaluation.answers import DEFAULT_PAGES
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.schemas.retrieval import RetrieveRequest
     from ragbot.settings import get_chat_settings
 
     chat = get_chat_settings()
     index = await SampleIndex.build(DEFAULT_PAGES)
-    files = {path: load_questions(ROOT / path) for path in sorted(READ_FILES)}
-    names = list(files)
-    e5 = shipped_e5()
-    start = {k: v.clone() for k, v in e5._model.state_dict().items()}
-    encoder = TunedE5Queries.of(E5, e5)  # refitted in place for each fold
     turns: list[dict[str, Any]] = []
     started = time.perf_counter()
     try:
-        every = {path: answered([ROOT / path]) for path in names}
-        texts = sorted({q.question for qs in files.values() for q in qs})
-        vectors = dict(zip(texts, index.queries[E5].embed_queries(texts), strict=True))
-        probe = await index.engine_with({})
-        passages, page_ids = await passage_matrix(probe.engine, e5, DEFAULT_PAGES, chat.document_text_field)
+        folds = await read_folds(index, chat.document_text_field)
         for fold in range(FOLDS):
-            held = names[fold::FOLDS]
-            e5._model.load_state_dict(start)
-            fit_biases(e5, fold_pairs(files, set(held)), passages, page_ids)
-            for path in held:
-                memory, _ = out_of_fold(path, files[path], every, vectors)
-                overrides = {"query_tuning_path": None, "question_memory_path": None}
-                retriever = await index.engine_with(overrides)
-                retriever.engine.tuned = {E5: encoder}
-                for q in files[path]:
+            folds.refit(fold)
+            for path in folds.held(fold):
+                memory, _ = out_of_fold(path, folds.files[path], folds.every, folds.vectors)
+                retriever = await index.engine_with({"query_tuning_path": None, "question_memory_path": None})
+                retriever.engine.tuned = {E5: folds.encoder}
+                for q in folds.files[path]:
                     got = await retriever.engine.retrieve(
                         RetrieveRequest(
                             query=q.question,
@@ -86,7 +71,7 @@ async def collect() -> list[dict[str, Any]]:
                             paragraphs_per_page=list(chat.paragraphs_per_page),
                         )
                     )
-                    votes = memory.votes(vectors[q.question])
+                    votes = memory.votes(folds.vectors[q.question])
                     turns.append(
                         {
                             "file": path,
@@ -100,9 +85,8 @@ async def collect() -> list[dict[str, Any]]:
                             "shares": votes.shares,
                         }
                     )
-                sys.stdout.write(
-                    f"{Path(path).name}: {len(files[path])} ({time.perf_counter() - started:.0f} s)\n"
-                )
+                seconds = time.perf_counter() - started
+                sys.stdout.write(f"{Path(path).name}: {len(folds.files[path])} ({seconds:.0f} s)\n")
                 sys.stdout.flush()
     finally:
         await index.close()
