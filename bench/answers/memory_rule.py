@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from bench.answers.abstention import _logistic
+from bench.answers.folds import read_folds
 from bench.answers.query_tuning import E5, FOLDS
-from bench.answers.question_memory import out_of_fold, read_folds
+from bench.answers.question_memory import out_of_fold
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_rule.json"

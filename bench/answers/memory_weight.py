@@ -31,8 +31,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.answers.folds import read_folds
 from bench.answers.query_tuning import E5, FOLDS
-from bench.answers.question_memory import out_of_fold, read_folds
+from bench.answers.question_memory import out_of_fold
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_weight.json"

@@ -18,13 +18,12 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.answers.query_tuning import FOLDS, READ_FILES, fold_pairs
+from bench.answers.query_tuning import READ_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "question_memory.json"
@@ -56,56 +55,6 @@ def out_of_fold(
         q for other, qs in every.items() if other != path for q in qs if question_key(q.question) not in keys
     ]
     return remember(kept, np.stack([vectors[q.question] for q in kept]), model=MODEL), len(kept)
-
-
-@dataclass
-class Folds:
-    """The read files dealt into ``FOLDS`` folds, with what refitting e5's tuned query side per fold
-    needs (``query_tuning.py``'s folds) and every question's e5 vector for the memories."""
-
-    files: dict[str, list[Any]]
-    every: dict[str, list[Any]]  # each file's answerable questions, as ``remember`` takes them
-    vectors: dict[str, np.ndarray]
-    e5: Any
-    start: dict[str, Any]
-    encoder: Any  # the tuned encoder the engines use, refitted in place by ``refit``
-    passages: Any
-    page_ids: Any
-
-    def held(self, fold: int) -> list[str]:
-        """The files of one fold."""
-        return list(self.files)[fold::FOLDS]
-
-    def refit(self, fold: int) -> None:
-        """Refit the tuned encoder on every other fold's answerable questions."""
-        from ragbot.embedders.query_tuning import fit_biases
-
-        self.e5._model.load_state_dict(self.start)
-        fit_biases(self.e5, fold_pairs(self.files, set(self.held(fold))), self.passages, self.page_ids)
-
-
-async def read_folds(index: Any, text_field: str) -> Folds:
-    """Load the read files and e5, embed every question, and ready the per-fold refit."""
-    from ragbot.embedders.query_tuning import TunedE5Queries, shipped_e5
-    from ragbot.evaluation.answers import DEFAULT_PAGES, load_questions
-    from ragbot.evaluation.query_tuning import passage_matrix
-    from ragbot.evaluation.question_memory import answered
-
-    files = {path: load_questions(ROOT / path) for path in sorted(READ_FILES)}
-    texts = sorted({q.question for qs in files.values() for q in qs})
-    e5 = shipped_e5()
-    probe = await index.engine_with({})
-    passages, page_ids = await passage_matrix(probe.engine, e5, DEFAULT_PAGES, text_field)
-    return Folds(
-        files=files,
-        every={path: answered([ROOT / path]) for path in files},
-        vectors=dict(zip(texts, index.queries[MODEL].embed_queries(texts), strict=True)),
-        e5=e5,
-        start={k: v.clone() for k, v in e5._model.state_dict().items()},
-        encoder=TunedE5Queries.of(MODEL, e5),
-        passages=passages,
-        page_ids=page_ids,
-    )
 
 
 def shares(rows: Sequence[Any], language: dict[str, str], lang: str | None) -> dict[str, int]:
