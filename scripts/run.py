@@ -56,8 +56,8 @@ SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
 # questions search with it, as the check before the fifteenth question set decided (docs/benchmarks.md).
 TUNED_QUERIES = ROOT / "samples" / "kolzchut" / "e5-queries.npz"
 # Kol-Zchut's answered questions (`ragbot remember-questions`) vote for pages, as the check on the
-# twenty-second to twenty-fourth question sets decided, refitted on 28 read sets after the check on the
-# twenty-ninth and thirtieth (docs/benchmarks.md).
+# twenty-second to twenty-fourth question sets decided, refitted on 32 read sets after the check on the
+# thirty-third and thirty-fourth (docs/benchmarks.md).
 QUESTION_MEMORY = ROOT / "samples" / "kolzchut" / "question-memory.npz"
 START_TIMEOUT_S = 300.0
 INDEX_TIMEOUT_S = 600.0
