@@ -13,7 +13,11 @@ other folds. The choice maximises the gold-first share less ``AGREEMENT_COST`` x
 unanswerable turns whose first page is the nearest remembered question's page (the memory's abstention
 rule reads that as agreement).
 
-    python -m bench.answers.memory_weight [--turns FILE] [--from-turns FILE] [--out FILE]
+    python -m bench.answers.memory_weight [--scripts latin hebrew] [--turns FILE] [--from-turns FILE]
+        [--out FILE]
+
+``--scripts`` names the scripts whose questions search with the tuned encoder
+(``RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS``; Latin only, as shipped, by default).
 
 Not part of ``make bench`` (about 25 minutes on 2 cores); ``--from-turns`` replays in seconds.
 """
@@ -45,8 +49,9 @@ AGREEMENT_COST = 0.25
 Scheme = tuple[float, float, float]  # (weight, near, near_weight)
 
 
-async def collect() -> list[dict[str, Any]]:
-    """Every read file's turns, out of fold: fused list before the votes, the votes, gold page."""
+async def collect(scripts: Sequence[str] = ("latin",)) -> list[dict[str, Any]]:
+    """Every read file's turns, out of fold: fused list before the votes, the votes, gold page (questions
+    in ``scripts`` searched with the tuned encoder)."""
     from ragbot.evaluation.answers import DEFAULT_PAGES
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.schemas.retrieval import RetrieveRequest
@@ -62,7 +67,13 @@ async def collect() -> list[dict[str, Any]]:
             folds.refit(fold)
             for path in folds.held(fold):
                 memory, _ = out_of_fold(path, folds.files[path], folds.every, folds.vectors)
-                retriever = await index.engine_with({"query_tuning_path": None, "question_memory_path": None})
+                retriever = await index.engine_with(
+                    {
+                        "query_tuning_path": None,
+                        "question_memory_path": None,
+                        "query_tuning_scripts": list(scripts),
+                    }
+                )
                 retriever.engine.tuned = {E5: folds.encoder}
                 for q in folds.files[path]:
                     got = await retriever.engine.retrieve(
@@ -171,13 +182,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=Path, help="also keep the collected turns here (pickle)")
     parser.add_argument("--from-turns", type=Path, help="replay turns kept by --turns instead of collecting")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--scripts", nargs="+", default=["latin"], help="scripts searched with the tuned encoder"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if args.from_turns:
         turns = pickle.loads(args.from_turns.read_bytes())
     else:
-        turns = asyncio.run(collect())
+        turns = asyncio.run(collect(args.scripts))
         if args.turns:
             args.turns.write_bytes(pickle.dumps(turns))
     report = measure(turns)

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from support.fakes import HashEmbedder, MemoryStore
 
 from ragbot.chat.answerability import dense_branches, evidence
@@ -22,6 +23,7 @@ from ragbot.retrieval import RetrievalDefaults, RetrievalEngine
 from ragbot.retrieval.results import Branch
 from ragbot.retrieval.tuned import query_model, with_tuned
 from ragbot.schemas.retrieval import RetrieveRequest
+from ragbot.settings.retrieval import RetrieverSettings
 
 PAGES = {
     1: "דמי אבטלה משולמים למי שפוטר מעבודתו",
@@ -30,7 +32,9 @@ PAGES = {
 }
 
 
-def _engine(tuned: dict[str, Any]) -> tuple[RetrievalEngine, MemoryStore]:
+def _engine(
+    tuned: dict[str, Any], defaults: RetrievalDefaults | None = None
+) -> tuple[RetrievalEngine, MemoryStore]:
     definition = parse_definition(
         {
             "identifier_field": "page_id",
@@ -53,7 +57,11 @@ def _engine(tuned: dict[str, Any]) -> tuple[RetrievalEngine, MemoryStore]:
     ]
     store = MemoryStore(paragraphs)
     engine = RetrievalEngine(
-        store=store, embedders={"e5": e5}, definition=definition, defaults=RetrievalDefaults(), tuned=tuned
+        store=store,
+        embedders={"e5": e5},
+        definition=definition,
+        defaults=defaults or RetrievalDefaults(),
+        tuned=tuned,
     )
     return engine, store
 
@@ -72,6 +80,38 @@ def test_only_a_latin_script_question_doubles_a_tuned_model_s_dense_branches() -
     assert [query_model(b) for b in doubled[:2]] == ["e5", "e5@tuned"]
     assert with_tuned("כמה זמן נמשכת חופשת לידה?", [dense, bm25], {"e5"}) == [dense, bm25]
     assert with_tuned("How long is maternity leave?", [dense], set()) == [dense]
+
+
+def test_the_configured_scripts_decide_which_questions_search_with_the_tuned_encoder() -> None:
+    dense = Branch(name="content_e5_vectors", kind="dense", weight=2.0, model="e5", field="content")
+    hebrew = with_tuned("כמה זמן נמשכת חופשת לידה?", [dense], {"e5"}, {"latin", "hebrew"})
+    assert [(b.name, b.weight, b.tuned) for b in hebrew] == [
+        ("content_e5_vectors", 0.0, False),
+        ("content_e5_vectors@tuned", 2.0, True),
+    ]
+    assert with_tuned("How long is maternity leave?", [dense], {"e5"}, {"hebrew"}) == [dense]
+
+
+async def test_the_engine_reads_the_scripts_from_its_defaults() -> None:
+    tuned = HashEmbedder("e5-tuned", dimension=64)
+    engine, _ = _engine({"e5": tuned}, RetrievalDefaults(tuning_scripts=frozenset({"hebrew"})))
+    hebrew = await engine.retrieve(RetrieveRequest(query="מי זכאי לדמי אבטלה"))
+    assert tuned.query_calls == [["מי זכאי לדמי אבטלה"]]
+    assert hebrew.debug.branches["content_e5_vectors@tuned"].weight == 1.0
+    english = await engine.retrieve(RetrieveRequest(query="who gets unemployment benefits"))
+    assert len(tuned.query_calls) == 1 and "content_e5_vectors@tuned" not in english.debug.branches
+
+
+def test_the_scripts_setting_is_read_from_the_environment_and_an_unknown_script_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert RetrieverSettings(_env_file=None).query_tuning_scripts == ["latin"]
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", '["latin", "hebrew"]')
+    settings = RetrieverSettings(_env_file=None)
+    assert RetrievalDefaults.from_settings(settings).tuning_scripts == {"latin", "hebrew"}
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", '["hebrew", "klingon"]')
+    with pytest.raises(ValidationError, match=r"unknown script.*klingon.*use any of"):
+        RetrieverSettings(_env_file=None)
 
 
 async def test_the_tuned_encoder_embeds_an_english_question_for_the_twin_list_of_the_same_vectors() -> None:

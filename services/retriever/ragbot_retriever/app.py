@@ -67,12 +67,16 @@ async def build_resources(
 
     if reranker is not None:
         await asyncio.to_thread(reranker.warm_up)
-    # RAGBOT_RETRIEVER_QUERY_TUNING_PATH: e5's query side tuned on the wiki's questions, for Latin script
+    # RAGBOT_RETRIEVER_QUERY_TUNING_PATH: e5's query side tuned on the wiki's questions, for the
+    # questions written in RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS (Latin by default)
     tuned = configured_tuned(retriever_settings.query_tuning_path, retriever_settings.query_tuning_model)
     for model, encoder in tuned.items():
         await asyncio.to_thread(encoder.warm_up)
         logger.info(
-            "Latin-script questions search %s with the query encoder tuned in %s", model, encoder.path
+            "questions in %s script search %s with the query encoder tuned in %s",
+            "/".join(retriever_settings.query_tuning_scripts),
+            model,
+            encoder.path,
         )
     # RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH: the wiki's answered questions vote for pages
     memory = None

@@ -85,8 +85,8 @@ class RetrievalEngine:
     ) -> None:
         self.store = store
         self.embedders = dict(embedders)
-        # Per model, a query encoder tuned on the wiki's own Latin-script questions
-        # (ragbot.embedders.query_tuning): such a question's dense list of that model is searched with
+        # Per model, a query encoder tuned on the wiki's own questions (ragbot.embedders.query_tuning): a
+        # question in one of defaults.tuning_scripts has its dense list of that model searched with
         # it and fused in the untuned one's place; the untuned list is still searched (weight 0), so
         # the answerability rule reads the cosines it was fitted on.
         self.tuned = dict(tuned or {})
@@ -120,7 +120,12 @@ class RetrievalEngine:
         method: FusionMethod = request.fusion or self.defaults.fusion
         routing = self._route(request, self._branches(request, mode))
         translation = await self._translation(query, routing)
-        branches = with_tuned(query, self._language_weighted(routing, translation), set(self.tuned))
+        branches = with_tuned(
+            query,
+            self._language_weighted(routing, translation),
+            set(self.tuned),
+            self.defaults.tuning_scripts,
+        )
         rerank = self._wants_rerank(request)
         size = request.retrieval_size
         filters: Filters | None = request.filters

@@ -47,6 +47,8 @@ class RetrievalDefaults:
     memory_weight: float = 0.5
     memory_near: float = 0.9
     memory_near_weight: float = 5.0
+    # The scripts whose questions search with a tuned query encoder (ragbot.retrieval.tuned).
+    tuning_scripts: frozenset[str] = frozenset({"latin"})
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -71,6 +73,7 @@ class RetrievalDefaults:
             memory_weight=settings.question_memory_weight,
             memory_near=settings.question_memory_near,
             memory_near_weight=settings.question_memory_near_weight,
+            tuning_scripts=frozenset(settings.query_tuning_scripts),
         )
 
 

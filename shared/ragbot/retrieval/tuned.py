@@ -1,10 +1,11 @@
 """Which dense lists a question searches with a tuned query encoder, and which encoder embeds it.
 
 A wiki's own questions tune a model's query side (``ragbot.embedders.query_tuning``: e5's bias terms
-fitted on Latin-script questions and the pages that answer them). For a Latin-script question, each
-dense branch of such a model is searched twice: with the tuned encoder, at the branch's weight, and
-with the shipped one at weight 0. The fusion then ranks with the tuned list, while the untuned list's
-cosines stay in the debug view, where the answerability rule reads the scale it was fitted on.
+fitted on the wiki's questions and the pages that answer them). For a question in one of the configured
+scripts (Latin by default), each dense branch of such a model is searched twice: with the tuned
+encoder, at the branch's weight, and with the shipped one at weight 0. The fusion then ranks with the
+tuned list, while the untuned list's cosines stay in the debug view, where the answerability rule
+reads the scale it was fitted on.
 """
 
 from __future__ import annotations
@@ -16,9 +17,15 @@ from ragbot.retrieval.results import TUNED_SUFFIX, Branch
 from ragbot.text.language import detect_language
 
 
-def with_tuned(query: str, branches: list[Branch], tuned_models: Collection[str]) -> list[Branch]:
-    """``branches`` with each dense branch of a tuned model doubled for a Latin-script ``query``."""
-    if not tuned_models or detect_language(query).script != "latin":
+def with_tuned(
+    query: str,
+    branches: list[Branch],
+    tuned_models: Collection[str],
+    scripts: Collection[str] = ("latin",),
+) -> list[Branch]:
+    """``branches`` with each dense branch of a tuned model doubled for a ``query`` written in one of
+    ``scripts`` (Latin only by default)."""
+    if not tuned_models or detect_language(query).script not in scripts:
         return branches
     out: list[Branch] = []
     for b in branches:

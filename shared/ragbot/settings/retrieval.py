@@ -70,10 +70,13 @@ class RetrieverSettings(BaseSettings):
     # nearest word alone, whatever the question says).
     translation_context: float = Field(default=0.5, ge=0.0, le=10.0)
     # A file `ragbot tune-queries` wrote (ragbot.embedders.query_tuning): the model's query side tuned on
-    # the wiki's own questions. Latin-script questions then search that model's vectors with it, the
-    # untuned list kept for the answerability rule (ragbot.retrieval.tuned). Empty: off.
+    # the wiki's own questions. Questions in query_tuning_scripts then search that model's vectors with
+    # it, the untuned list kept for the answerability rule (ragbot.retrieval.tuned). Empty: off.
     query_tuning_path: Path | None = None
     query_tuning_model: str = "multilingual-e5-small"
+    # The scripts (ragbot.text.language: latin, hebrew, arabic…) whose questions search with the tuned
+    # encoder. Latin by default: English questions over Hebrew pages gain most (docs/benchmarks.md).
+    query_tuning_scripts: list[str] = Field(default_factory=lambda: ["latin"], min_length=1)
     # A file `ragbot remember-questions` wrote (ragbot.retrieval.memory): the wiki's answered questions
     # with their pages. The nearest ones vote for pages, raising the retrieved paragraphs of those pages
     # by question_memory_weight x the best fused score at most. Empty: off.
@@ -90,6 +93,17 @@ class RetrieverSettings(BaseSettings):
     def _path_or_off(cls, value: object) -> object:
         """An empty value turns query tuning off."""
         return None if value in ("", None) else value
+
+    @field_validator("query_tuning_scripts")
+    @classmethod
+    def _known_scripts(cls, value: list[str]) -> list[str]:
+        """Each script one ``ragbot.text.language`` tells apart."""
+        from ragbot.text.language import SCRIPT_LANGUAGES
+
+        unknown = [s for s in value if s not in SCRIPT_LANGUAGES]
+        if unknown:
+            raise ValueError(f"unknown script(s) {unknown}: use any of {sorted(SCRIPT_LANGUAGES)}")
+        return value
 
     @field_validator("translate_queries_to")
     @classmethod
