@@ -94,7 +94,7 @@ def test_the_configured_scripts_decide_which_questions_search_with_the_tuned_enc
 
 async def test_the_engine_reads_the_scripts_from_its_defaults() -> None:
     tuned = HashEmbedder("e5-tuned", dimension=64)
-    engine, _ = _engine({"e5": tuned}, RetrievalDefaults(tuning_scripts=frozenset({"hebrew"})))
+    engine, _ = _engine({"e5": tuned}, RetrievalDefaults(tuning_scripts=("hebrew",)))
     hebrew = await engine.retrieve(RetrieveRequest(query="מי זכאי לדמי אבטלה"))
     assert tuned.query_calls == [["מי זכאי לדמי אבטלה"]]
     assert hebrew.debug.branches["content_e5_vectors@tuned"].weight == 1.0
@@ -108,7 +108,7 @@ def test_the_scripts_setting_is_read_from_the_environment_and_an_unknown_script_
     assert RetrieverSettings(_env_file=None).query_tuning_scripts == ["latin"]
     monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", '["latin", "hebrew"]')
     settings = RetrieverSettings(_env_file=None)
-    assert RetrievalDefaults.from_settings(settings).tuning_scripts == {"latin", "hebrew"}
+    assert RetrievalDefaults.from_settings(settings).tuning_scripts == ("latin", "hebrew")
     monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", '["hebrew", "klingon"]')
     with pytest.raises(ValidationError, match=r"unknown script.*klingon.*use any of"):
         RetrieverSettings(_env_file=None)

@@ -120,12 +120,8 @@ class RetrievalEngine:
         method: FusionMethod = request.fusion or self.defaults.fusion
         routing = self._route(request, self._branches(request, mode))
         translation = await self._translation(query, routing)
-        branches = with_tuned(
-            query,
-            self._language_weighted(routing, translation),
-            set(self.tuned),
-            self.defaults.tuning_scripts,
-        )
+        weighted = self._language_weighted(routing, translation)
+        branches = with_tuned(query, weighted, set(self.tuned), self.defaults.tuning_scripts)
         rerank = self._wants_rerank(request)
         size = request.retrieval_size
         filters: Filters | None = request.filters

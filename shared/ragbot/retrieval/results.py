@@ -48,7 +48,7 @@ class RetrievalDefaults:
     memory_near: float = 0.9
     memory_near_weight: float = 5.0
     # The scripts whose questions search with a tuned query encoder (ragbot.retrieval.tuned).
-    tuning_scripts: frozenset[str] = frozenset({"latin"})
+    tuning_scripts: tuple[str, ...] = ("latin",)
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:
@@ -73,7 +73,7 @@ class RetrievalDefaults:
             memory_weight=settings.question_memory_weight,
             memory_near=settings.question_memory_near,
             memory_near_weight=settings.question_memory_near_weight,
-            tuning_scripts=frozenset(settings.query_tuning_scripts),
+            tuning_scripts=tuple(settings.query_tuning_scripts),
         )
 
 
