@@ -12,6 +12,7 @@ from ragbot.retrieval.fusion import DEFAULT_RRF_K, FusedHit, page_order
 from ragbot.retrieval.translation import CONTEXT_WEIGHT
 from ragbot.schemas.retrieval import FusionMethod, SearchMode
 from ragbot.settings import RetrieverSettings
+from ragbot.settings.retrieval import QUERY_TUNING_SCRIPTS
 
 BM25_BRANCH = "bm25"
 
@@ -48,7 +49,7 @@ class RetrievalDefaults:
     memory_near: float = 0.9
     memory_near_weight: float = 5.0
     # The scripts whose questions search with a tuned query encoder (ragbot.retrieval.tuned).
-    tuning_scripts: tuple[str, ...] = ("latin",)
+    tuning_scripts: tuple[str, ...] = QUERY_TUNING_SCRIPTS
 
     @classmethod
     def from_settings(cls, settings: RetrieverSettings) -> RetrievalDefaults:

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from ragbot.retrieval.results import TUNED_SUFFIX, Branch
+from ragbot.settings.retrieval import QUERY_TUNING_SCRIPTS
 from ragbot.text.language import detect_language
 
 
@@ -21,7 +22,7 @@ def with_tuned(
     query: str,
     branches: list[Branch],
     tuned_models: Collection[str],
-    scripts: Collection[str] = ("latin",),
+    scripts: Collection[str] = QUERY_TUNING_SCRIPTS,
 ) -> list[Branch]:
     """``branches`` with each dense branch of a tuned model doubled for a ``query`` written in one of
     ``scripts`` (Latin only by default)."""

@@ -18,6 +18,10 @@ from ragbot.settings.common import settings_config
 HEBREW_CORPUS_LANGUAGE_WEIGHTS: dict[str, dict[str, float]] = {"en": {"all-MiniLM-L6-v2": 0.0}}
 
 
+# The scripts whose questions search with a tuned query encoder unless configured (ragbot.retrieval.tuned).
+QUERY_TUNING_SCRIPTS: tuple[str, ...] = ("latin",)
+
+
 class RetrieverSettings(BaseSettings):
     """The retriever service."""
 
@@ -76,7 +80,7 @@ class RetrieverSettings(BaseSettings):
     query_tuning_model: str = "multilingual-e5-small"
     # The scripts (ragbot.text.language: latin, hebrew, arabic…) whose questions search with the tuned
     # encoder. Latin by default: English questions over Hebrew pages gain most (docs/benchmarks.md).
-    query_tuning_scripts: list[str] = Field(default_factory=lambda: ["latin"], min_length=1)
+    query_tuning_scripts: list[str] = Field(default_factory=lambda: list(QUERY_TUNING_SCRIPTS), min_length=1)
     # A file `ragbot remember-questions` wrote (ragbot.retrieval.memory): the wiki's answered questions
     # with their pages. The nearest ones vote for pages, raising the retrieved paragraphs of those pages
     # by question_memory_weight x the best fused score at most. Empty: off.
