@@ -53,11 +53,13 @@ DEFAULT_MEDIAWIKI_PORT = 8480
 MEDIAWIKI_POLL_INTERVAL_S = "5"
 SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
 # e5's query side tuned on Kol-Zchut's questions (`ragbot tune-queries`): the sample wiki's English
-# questions search with it, as the check before the fifteenth question set decided (docs/benchmarks.md).
+# questions search with it, as the check before the fifteenth question set decided (docs/benchmarks.md),
+# and its Hebrew ones too since the check on the thirty-fifth and thirty-sixth.
 TUNED_QUERIES = ROOT / "samples" / "kolzchut" / "e5-queries.npz"
+TUNED_SCRIPTS = ("latin", "hebrew")
 # Kol-Zchut's answered questions (`ragbot remember-questions`) vote for pages, as the check on the
-# twenty-second to twenty-fourth question sets decided, refitted on 32 read sets after the check on the
-# thirty-third and thirty-fourth (docs/benchmarks.md).
+# twenty-second to twenty-fourth question sets decided, refitted on 34 read sets after the check on the
+# thirty-fifth and thirty-sixth (docs/benchmarks.md).
 QUESTION_MEMORY = ROOT / "samples" / "kolzchut" / "question-memory.npz"
 START_TIMEOUT_S = 300.0
 INDEX_TIMEOUT_S = 600.0
@@ -140,6 +142,8 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     # set (an empty value turns it off) in the environment or .env, it is left alone
     if "query_tuning_path" not in get_retriever_settings().model_fields_set:
         env["RAGBOT_RETRIEVER_QUERY_TUNING_PATH"] = str(TUNED_QUERIES)
+    if "query_tuning_scripts" not in get_retriever_settings().model_fields_set:
+        env["RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS"] = json.dumps(list(TUNED_SCRIPTS))
     if "question_memory_path" not in get_retriever_settings().model_fields_set:
         env["RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH"] = str(QUESTION_MEMORY)
     env["RAGBOT_REDIS_URL"] = redis_url

@@ -23,6 +23,7 @@ def run_script(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         "RAGBOT_CHAT_KOLZCHUT_MODE",
         "RAGBOT_CHAT_LLM_BACKEND",
         "RAGBOT_RETRIEVER_QUERY_TUNING_PATH",
+        "RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS",
         "RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH",
     ):
         monkeypatch.delenv(name, raising=False)
@@ -85,12 +86,30 @@ def test_make_run_sets_a_sample_file_unless_told_otherwise(
     assert value() == "/srv/mine.npz"
 
 
+def test_make_run_searches_hebrew_and_english_questions_tuned_unless_told_otherwise(
+    run_script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragbot.settings import RetrieverSettings
+
+    def scripts() -> list[str]:
+        get_retriever_settings.cache_clear()
+        env: dict[str, str] = run_script.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
+        monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", env["RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS"])
+        # what the retriever this run starts reads from that environment
+        read: list[str] = RetrieverSettings().query_tuning_scripts
+        return read
+
+    assert scripts() == ["latin", "hebrew"]
+    monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", '["latin"]')  # the library's default, set
+    assert scripts() == ["latin"]
+
+
 def test_the_sample_question_memory_holds_e5_vectors_of_the_read_question_sets() -> None:
     from ragbot.retrieval.memory import QuestionMemory
 
     shipped = QuestionMemory.load(ROOT / "samples" / "kolzchut" / "question-memory.npz")
-    assert len(shipped) == 1464 and shipped.model == "multilingual-e5-small" and shipped.dimension == 384
-    assert len(shipped.about["files"]) == 32 and all(shipped.pages)
+    assert len(shipped) == 1552 and shipped.model == "multilingual-e5-small" and shipped.dimension == 384
+    assert len(shipped.about["files"]) == 34 and all(shipped.pages)
 
 
 def test_make_run_indexes_with_the_client_key_and_says_why_it_cannot_without_one(
