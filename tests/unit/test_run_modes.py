@@ -94,7 +94,8 @@ def test_make_run_searches_hebrew_and_english_questions_tuned_unless_told_otherw
     def scripts() -> list[str]:
         get_retriever_settings.cache_clear()
         env: dict[str, str] = run_script.service_env("redis://127.0.0.1:1/0", tmp_path, "127.0.0.1:8090")
-        monkeypatch.setenv("RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS", env["RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS"])
+        variable = "RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS"
+        monkeypatch.setenv(variable, env[variable])
         # what the retriever this run starts reads from that environment
         read: list[str] = RetrieverSettings().query_tuning_scripts
         return read
