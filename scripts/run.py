@@ -139,13 +139,17 @@ def service_env(redis_url: str, var: Path, wiki_host: str) -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # set (an empty value turns it off) in the environment or .env, it is left alone
-    if "query_tuning_path" not in get_retriever_settings().model_fields_set:
-        env["RAGBOT_RETRIEVER_QUERY_TUNING_PATH"] = str(TUNED_QUERIES)
-    if "query_tuning_scripts" not in get_retriever_settings().model_fields_set:
-        env["RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS"] = json.dumps(list(TUNED_SCRIPTS))
-    if "question_memory_path" not in get_retriever_settings().model_fields_set:
-        env["RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH"] = str(QUESTION_MEMORY)
+    # the sample wiki's retriever choices; one set (an empty value turns a file off) in the environment
+    # or .env is left alone
+    retriever = get_retriever_settings()
+    samples = {
+        "query_tuning_path": str(TUNED_QUERIES),
+        "query_tuning_scripts": json.dumps(list(TUNED_SCRIPTS)),
+        "question_memory_path": str(QUESTION_MEMORY),
+    }
+    for name, value in samples.items():
+        if name not in retriever.model_fields_set:
+            env[f"RAGBOT_RETRIEVER_{name.upper()}"] = value
     env["RAGBOT_REDIS_URL"] = redis_url
     env["RAGBOT_STORE_BACKEND"] = "embedded"
     env["RAGBOT_STORE_EMBEDDED_PATH"] = str(var / "ragbot.sqlite3")
