@@ -18,11 +18,12 @@ rule written is fitted on every turn.
 
     python -m bench.answers.memory_rule [--language en|he] [--turns FILE] [--from-turns FILE] [--out FILE]
 
-``--language he`` answers the Hebrew questions instead and measures the same-language rule refitted
-with the memory's features beside its candidates (``FEATURES_SAME``) against the shipped one
-(``bench/results/memory_rule_he.json``): it gained nothing, so no such rule ships.
+``--language he`` answers the Hebrew questions instead (searching tuned, as ``make run`` does) and
+measures the same-language rule refitted with the memory's features beside its candidates
+(``FEATURES_SAME``) against the shipped one (``bench/results/memory_rule_he.json``); the rule written
+is the candidate for ``ABSTENTION_RULE_MEMORY``, the rule of a Hebrew turn the memory voted on.
 
-Not part of ``make bench`` (about 25 minutes on 2 cores); ``--from-turns`` refits in seconds.
+Not part of ``make bench`` (about 28 minutes on 2 cores); ``--from-turns`` refits in seconds.
 """
 
 from __future__ import annotations
@@ -61,12 +62,15 @@ FEATURES_SAME = (
     "memory_agree",
 )
 L2 = 1.0
+# The scripts ``make run`` searches with the tuned encoder (``scripts/run.py``'s ``TUNED_SCRIPTS``).
+TUNED_SCRIPTS = ("latin", "hebrew")
 RULES = ("abstention_rule", "abstention_rule_cross_language", "abstention_rule_cross_language_tuned")
 
 
 async def collect(language: str = "en") -> list[dict[str, Any]]:
-    """Every read file's turns in ``language``, out of fold, with every rule's threshold off (the tuned
-    encoder serves Latin-script questions only, so for Hebrew it is not refitted)."""
+    """Every read file's turns in ``language``, out of fold, with every rule's threshold off. Questions
+    search as ``make run`` searches them: Latin and Hebrew script with the tuned encoder (``TUNED_SCRIPTS``),
+    refitted without the held fold."""
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate
     from ragbot.evaluation.sample_index import SampleIndex
@@ -93,11 +97,14 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
         prompts = PromptLibrary(settings.prompts_dir)
         for fold in range(FOLDS):
             held = folds.held(fold)
-            if language == "en":
-                folds.refit(fold)
+            folds.refit(fold)
             for path in held:
                 memory, _ = out_of_fold(path, files[path], every, vectors)
-                overrides = {"query_tuning_path": None, "question_memory_path": None}
+                overrides = {
+                    "query_tuning_path": None,
+                    "question_memory_path": None,
+                    "query_tuning_scripts": list(TUNED_SCRIPTS),
+                }
                 retriever = await index.engine_with(overrides, memory=memory)
                 retriever.engine.tuned = {E5: encoder}
                 recorder = RecordingRetriever(retriever, text_field=settings.document_text_field)

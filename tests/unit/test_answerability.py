@@ -271,6 +271,51 @@ def test_a_tuned_turn_the_memory_voted_on_is_decided_by_the_memory_rule() -> Non
     assert set(ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY) <= set(AbstentionRule.__slots__)
 
 
+def test_a_same_language_turn_the_memory_voted_on_is_decided_by_the_same_language_memory_rule() -> None:
+    docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
+    answers = {"bias": -0.5, "dense_top": 1.0, "threshold": 0.0}  # cosine 0.6 >= 0.5
+    # answers when the nearest remembered question is close (0.9) and of the first page
+    memory_rule = {"bias": -1.5, "memory_best": 1.0, "memory_agree": 1.0, "threshold": 0.0}
+
+    def decide(retriever: StaticRetriever, rule: dict[str, float] | None, question: str) -> dict[str, Any]:
+        settings = ChatSettings(
+            _env_file=None,
+            abstention_rule=answers,
+            abstention_rule_cross_language=answers,
+            abstention_rule_cross_language_tuned=answers,
+            abstention_rule_cross_language_memory=answers,
+            abstention_rule_memory=rule,
+            abstention_branches=[],
+        )
+        pipeline = ChatPipeline(
+            llm=ScriptedLLM(), retriever=retriever, prompts=PromptLibrary(), settings=settings
+        )
+        request = ChatRequest(question=question, mode="strict", language="he")
+
+        async def collect() -> list[ChatEvent]:
+            return [e async for e in pipeline.run(request)]
+
+        decision: dict[str, Any] = asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr]
+        return decision
+
+    hebrew = "מי זכאי לחופשה שנתית?"
+    agreeing = decide(RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9), memory_rule, hebrew)
+    assert agreeing["answer"] is True and agreeing["evidence"]["cross_language"] == 0.0
+    # the nearest remembered question is of another page: the same-language memory rule abstains
+    other = decide(RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), memory_rule, hebrew)
+    assert other["answer"] is False and other["evidence"]["memory_agree"] == 0.0
+    # no such rule (the default): the same-language rule decides the same turn, and answers
+    assert ChatSettings(_env_file=None).abstention_rule_memory is None
+    assert decide(RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), None, hebrew)["answer"] is True
+    # a retriever without a memory: the same-language rule decides
+    assert decide(StaticRetriever(docs, [0.6, 0.5]), memory_rule, hebrew)["answer"] is True
+    # a cross-language turn is not the same-language memory rule's
+    english = decide(
+        RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), memory_rule, "Who gets annual leave?"
+    )
+    assert english["answer"] is True and english["evidence"]["cross_language"] == 1.0
+
+
 def test_memory_evidence_reads_the_nearest_remembered_question() -> None:
     debug = {
         "memory": {

@@ -35,7 +35,9 @@ answers "I did not find this" and lists the closest pages as related, not as an 
 another language than its best paragraph that the retriever also searched with a tuned query encoder
 gets the tuned rule (``abstention_rule_cross_language_tuned``), fitted on such turns; when the
 retriever's question memory voted too, the memory's rule (``abstention_rule_cross_language_memory``),
-fitted on such turns with the memory features beside the tuned rule's.
+fitted on such turns with the memory features beside the tuned rule's. A question in its best
+paragraph's language on which the memory voted gets the same-language memory rule when one is given
+(``abstention_rule_memory``).
 
 A turn the rule would answer still abstains when the question asks an amount or a duration and no
 source sentence close to the best states one (``ragbot.chat.answer_kind``, ``answer_kind_margin``):
@@ -370,6 +372,9 @@ async def assess(
         memory_rule = settings.abstention_rule_cross_language_memory
         if memory_rule is not None and remembered(debug):
             rule = AbstentionRule(**memory_rule)
+    same_memory = settings.abstention_rule_memory
+    if same_memory is not None and not ev.cross_language and remembered(debug):
+        rule = AbstentionRule(**same_memory)
     decision = decide(ev, rule)
     if not decision.answer:
         return decision

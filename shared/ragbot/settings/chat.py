@@ -260,6 +260,10 @@ class ChatSettings(LLMSettings):
     abstention_rule_cross_language_memory: dict[str, float] | None = Field(
         default_factory=lambda: dict(ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY)
     )
+    # For a question in its best paragraph's language on which the retriever's question memory voted:
+    # the same-language rule's features and the memory's (memory_best, memory_agree). None: the rule
+    # above.
+    abstention_rule_memory: dict[str, float] | None = None
     # The learned question-paragraph gate on the rule (ragbot.chat.pair_gate): a turn the rule answers
     # still abstains when its best paragraph's probability is under the gate's threshold. The path is a
     # gate file written by bench/answers/pair_gate.py (None: the one shipped with ragbot).
