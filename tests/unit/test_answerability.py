@@ -32,6 +32,7 @@ from ragbot.settings.chat import (
     ABSTENTION_RULE_CROSS_LANGUAGE,
     ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY,
     ABSTENTION_RULE_CROSS_LANGUAGE_TUNED,
+    ABSTENTION_RULE_MEMORY,
 )
 
 
@@ -304,8 +305,7 @@ def test_a_same_language_turn_the_memory_voted_on_is_decided_by_the_same_languag
     # the nearest remembered question is of another page: the same-language memory rule abstains
     other = decide(RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), memory_rule, hebrew)
     assert other["answer"] is False and other["evidence"]["memory_agree"] == 0.0
-    # no such rule (the default): the same-language rule decides the same turn, and answers
-    assert ChatSettings(_env_file=None).abstention_rule_memory is None
+    # no such rule: the same-language rule decides the same turn, and answers
     assert decide(RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), None, hebrew)["answer"] is True
     # a retriever without a memory: the same-language rule decides
     assert decide(StaticRetriever(docs, [0.6, 0.5]), memory_rule, hebrew)["answer"] is True
@@ -314,6 +314,10 @@ def test_a_same_language_turn_the_memory_voted_on_is_decided_by_the_same_languag
         RememberingRetriever(docs, [0.6, 0.5], page=8, cosine=0.9), memory_rule, "Who gets annual leave?"
     )
     assert english["answer"] is True and english["evidence"]["cross_language"] == 1.0
+    # the shipped rule weighs the nearest remembered question's cosine up
+    assert ChatSettings(_env_file=None).abstention_rule_memory == ABSTENTION_RULE_MEMORY
+    assert ABSTENTION_RULE_MEMORY["memory_best"] > 0
+    assert set(ABSTENTION_RULE_MEMORY) <= set(AbstentionRule.__slots__)
 
 
 def test_memory_evidence_reads_the_nearest_remembered_question() -> None:

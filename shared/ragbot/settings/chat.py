@@ -115,6 +115,22 @@ ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY: dict[str, float] = {
     "memory_agree": 1.007026,
     "threshold": 0.650997,
 }
+# For a same-language (Hebrew) turn on which the question memory voted (make run's): bench/answers/
+# memory_rule.py --language he fitted it on the out-of-fold Hebrew turns of the 38 read question files,
+# searched tuned as make run searches them (bench/results/memory_rule_he.json), the same-language rule's
+# features and the memory's; it passed the check on fresh39-fresh42 (docs/benchmarks.md).
+ABSTENTION_RULE_MEMORY: dict[str, float] = {
+    "bias": -67.105248,
+    "dense_top": 9.195498,
+    "dense_gap": -6.117302,
+    "bm25_gap": 2.10724,
+    "agree": -0.233891,
+    "coverage": 1.035141,
+    "sentence_top": 11.98592,
+    "memory_best": 51.585889,
+    "memory_agree": 0.789001,
+    "threshold": 0.745373,
+}
 # The same retrieval, fitted on 281 questions: the tuning half and the sets already read (the held-out
 # half, abstention_questions_fresh.json and _fresh3.json): --fit --fit-spent --translate chose every
 # feature, L2 5, target 0.95 (bench/results/abstention_fit_pooled.json); judged on _fresh4.json.
@@ -261,9 +277,11 @@ class ChatSettings(LLMSettings):
         default_factory=lambda: dict(ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY)
     )
     # For a question in its best paragraph's language on which the retriever's question memory voted:
-    # the same-language rule's features and the memory's (memory_best, memory_agree). None: the rule
-    # above.
-    abstention_rule_memory: dict[str, float] | None = None
+    # the same-language rule's features and the memory's (memory_best, memory_agree). None: the
+    # same-language rule.
+    abstention_rule_memory: dict[str, float] | None = Field(
+        default_factory=lambda: dict(ABSTENTION_RULE_MEMORY)
+    )
     # The learned question-paragraph gate on the rule (ragbot.chat.pair_gate): a turn the rule answers
     # still abstains when its best paragraph's probability is under the gate's threshold. The path is a
     # gate file written by bench/answers/pair_gate.py (None: the one shipped with ragbot).
