@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from support.chat_fakes import RememberingRetriever, ScriptedLLM, StaticRetriever, TunedRetriever, document
@@ -232,6 +232,22 @@ def test_a_cross_language_question_searched_tuned_is_decided_by_the_tuned_rule()
     assert set(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED) <= set(AbstentionRule.__slots__)
 
 
+def _decision(
+    retriever: StaticRetriever, settings: ChatSettings, question: str, language: Literal["he", "en"]
+) -> dict[str, Any]:
+    """The answerability decision of one strict-mode turn (``debug.answerability``)."""
+    pipeline = ChatPipeline(
+        llm=ScriptedLLM(), retriever=retriever, prompts=PromptLibrary(), settings=settings
+    )
+    request = ChatRequest(question=question, mode="strict", language=language)
+
+    async def collect() -> list[ChatEvent]:
+        return [e async for e in pipeline.run(request)]
+
+    decision: dict[str, Any] = asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr]
+    return decision
+
+
 def test_a_tuned_turn_the_memory_voted_on_is_decided_by_the_memory_rule() -> None:
     docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
     tuned_answers = {"bias": -0.5, "tuned_top": 1.0, "threshold": 0.0}  # tuned cosine 0.55 >= 0.5
@@ -245,16 +261,7 @@ def test_a_tuned_turn_the_memory_voted_on_is_decided_by_the_memory_rule() -> Non
             abstention_rule_cross_language_memory=rule,
             abstention_branches=[],
         )
-        pipeline = ChatPipeline(
-            llm=ScriptedLLM(), retriever=retriever, prompts=PromptLibrary(), settings=settings
-        )
-        request = ChatRequest(question="Who is entitled to annual leave?", mode="strict", language="en")
-
-        async def collect() -> list[ChatEvent]:
-            return [e async for e in pipeline.run(request)]
-
-        decision: dict[str, Any] = asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr]
-        return decision
+        return _decision(retriever, settings, "Who is entitled to annual leave?", "en")
 
     agreeing = decide(RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9), memory_rule)
     assert agreeing["answer"] is True
@@ -288,16 +295,7 @@ def test_a_same_language_turn_the_memory_voted_on_is_decided_by_the_same_languag
             abstention_rule_memory=rule,
             abstention_branches=[],
         )
-        pipeline = ChatPipeline(
-            llm=ScriptedLLM(), retriever=retriever, prompts=PromptLibrary(), settings=settings
-        )
-        request = ChatRequest(question=question, mode="strict", language="he")
-
-        async def collect() -> list[ChatEvent]:
-            return [e async for e in pipeline.run(request)]
-
-        decision: dict[str, Any] = asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr]
-        return decision
+        return _decision(retriever, settings, question, "he")
 
     hebrew = "מי זכאי לחופשה שנתית?"
     agreeing = decide(RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9), memory_rule, hebrew)
