@@ -36,7 +36,14 @@ import httpx
 import redis
 
 from ragbot.dev.mediawiki import LocalMediaWiki, sample_wikitext
-from ragbot.dev.servers import EMBEDDED_LLM_MODE, LocalWiki, ServiceProcess, load_pages, local_service
+from ragbot.dev.servers import (
+    EMBEDDED_LLM_MODE,
+    TUNED_SCRIPTS,
+    LocalWiki,
+    ServiceProcess,
+    load_pages,
+    local_service,
+)
 from ragbot.messaging.wiki_poll import cursor_key
 from ragbot.settings import (
     get_chat_settings,
@@ -54,9 +61,8 @@ MEDIAWIKI_POLL_INTERVAL_S = "5"
 SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
 # e5's query side tuned on Kol-Zchut's questions (`ragbot tune-queries`): the sample wiki's English
 # questions search with it, as the check before the fifteenth question set decided (docs/benchmarks.md),
-# and its Hebrew ones too since the check on the thirty-fifth and thirty-sixth.
+# and its Hebrew ones too (TUNED_SCRIPTS) since the check on the thirty-fifth and thirty-sixth.
 TUNED_QUERIES = ROOT / "samples" / "kolzchut" / "e5-queries.npz"
-TUNED_SCRIPTS = ("latin", "hebrew")
 # Kol-Zchut's answered questions (`ragbot remember-questions`) vote for pages, as the check on the
 # twenty-second to twenty-fourth question sets decided, refitted on 38 read sets after the check on the
 # thirty-ninth to forty-second (docs/benchmarks.md).

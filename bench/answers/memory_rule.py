@@ -62,16 +62,15 @@ FEATURES_SAME = (
     "memory_agree",
 )
 L2 = 1.0
-# The scripts ``make run`` searches with the tuned encoder (``scripts/run.py``'s ``TUNED_SCRIPTS``).
-TUNED_SCRIPTS = ("latin", "hebrew")
 RULES = ("abstention_rule", "abstention_rule_cross_language", "abstention_rule_cross_language_tuned")
 
 
 async def collect(language: str = "en") -> list[dict[str, Any]]:
     """Every read file's turns in ``language``, out of fold, with every rule's threshold off. Questions
-    search as ``make run`` searches them: Latin and Hebrew script with the tuned encoder (``TUNED_SCRIPTS``),
+    search as ``make run`` searches them: in its scripts with the tuned encoder (``TUNED_SCRIPTS``),
     refitted without the held fold."""
     from ragbot.chat.pipeline import ChatPipeline
+    from ragbot.dev.servers import TUNED_SCRIPTS
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm

@@ -74,6 +74,7 @@ __all__ = [
     "remembered",
     "rule_for",
     "searched_tuned",
+    "turn_rule",
 ]
 
 # Words that carry no question-specific meaning, in both languages (after the analyzer's lower-casing).
@@ -316,6 +317,29 @@ def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule 
     return cross_language if cross_language is not None and ev.cross_language else rule
 
 
+def turn_rule(ev: Evidence, debug: Mapping[str, Any], settings: ChatSettings) -> AbstentionRule:
+    """The rule given for what the turn searched, the most specific first: a same-language turn the
+    question memory voted on gets the same-language memory rule; a cross-language turn searched with a
+    tuned encoder the cross-language memory rule (when the memory voted) or the tuned rule; any other
+    turn the rule of its language pair (``rule_for``). A rule set to None falls back to the next."""
+    if (
+        ev.cross_language
+        and settings.abstention_rule_cross_language_tuned is not None
+        and searched_tuned(debug)
+    ):
+        memory_rule = settings.abstention_rule_cross_language_memory
+        if memory_rule is not None and remembered(debug):
+            return AbstentionRule(**memory_rule)
+        return AbstentionRule(**settings.abstention_rule_cross_language_tuned)
+    same_memory = settings.abstention_rule_memory
+    if not ev.cross_language and same_memory is not None and remembered(debug):
+        return AbstentionRule(**same_memory)
+    cross = settings.abstention_rule_cross_language
+    return rule_for(
+        ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
+    )
+
+
 def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
     """Answer when the rule's score reaches its threshold."""
     value = rule.score(ev)
@@ -362,20 +386,7 @@ async def assess(
     )
     if ev is None:
         return None
-    cross = settings.abstention_rule_cross_language
-    rule = rule_for(
-        ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
-    )
-    tuned_rule = settings.abstention_rule_cross_language_tuned
-    if tuned_rule is not None and ev.cross_language and searched_tuned(debug):
-        rule = AbstentionRule(**tuned_rule)
-        memory_rule = settings.abstention_rule_cross_language_memory
-        if memory_rule is not None and remembered(debug):
-            rule = AbstentionRule(**memory_rule)
-    same_memory = settings.abstention_rule_memory
-    if same_memory is not None and not ev.cross_language and remembered(debug):
-        rule = AbstentionRule(**same_memory)
-    decision = decide(ev, rule)
+    decision = decide(ev, turn_rule(ev, debug, settings))
     if not decision.answer:
         return decision
     gate = configured_gate(settings)

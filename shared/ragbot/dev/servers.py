@@ -36,6 +36,10 @@ RELEVANT_IDS_PATH = "/relevant_page_ids.json"
 # LLM is the embedded one (RAGBOT_CHAT_LLM_BACKEND=llamacpp): chosen by bench/answers/modes.py, see
 # docs/benchmarks.md "Answers". An explicit RAGBOT_CHAT_DEFAULT_MODE / _KOLZCHUT_MODE wins.
 EMBEDDED_LLM_MODE = "quote"
+# The scripts whose questions ``make run`` searches with e5's query side tuned on Kol-Zchut's questions
+# (RAGBOT_RETRIEVER_QUERY_TUNING_SCRIPTS; the library's default is Latin only): Hebrew too since the
+# check on fresh35-fresh36 (docs/benchmarks.md). bench/answers/memory_rule.py answers as make run does.
+TUNED_SCRIPTS = ("latin", "hebrew")
 
 
 def load_pages(path: Path) -> list[dict[str, Any]]:
