@@ -26,6 +26,7 @@ class Folds:
 
     files: dict[str, list[Any]]
     every: dict[str, list[Any]]  # each file's answerable questions, as ``remember`` takes them
+    unanswered: dict[str, list[Any]]  # each file's unanswerable ones, remembered as not answered
     vectors: dict[str, np.ndarray]
     e5: Any
     start: dict[str, Any]
@@ -50,7 +51,7 @@ async def read_folds(index: Any, text_field: str) -> Folds:
     from ragbot.embedders.query_tuning import TunedE5Queries, shipped_e5
     from ragbot.evaluation.answers import DEFAULT_PAGES, load_questions
     from ragbot.evaluation.query_tuning import passage_matrix
-    from ragbot.evaluation.question_memory import answered
+    from ragbot.evaluation.question_memory import answered, unanswered
 
     files = {path: load_questions(ROOT / path) for path in sorted(READ_FILES)}
     texts = sorted({q.question for qs in files.values() for q in qs})
@@ -60,6 +61,7 @@ async def read_folds(index: Any, text_field: str) -> Folds:
     return Folds(
         files=files,
         every={path: answered([ROOT / path]) for path in files},
+        unanswered={path: unanswered([ROOT / path]) for path in files},
         vectors=dict(zip(texts, index.queries[E5].embed_queries(texts), strict=True)),
         e5=e5,
         start={k: v.clone() for k, v in e5._model.state_dict().items()},

@@ -49,7 +49,15 @@ from bench.answers.question_memory import out_of_fold
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_rule.json"
-FEATURES = ("dense_top", "tuned_top", "sentence_top", "coverage", "memory_best", "memory_agree")
+FEATURES = (
+    "dense_top",
+    "tuned_top",
+    "sentence_top",
+    "coverage",
+    "memory_best",
+    "memory_agree",
+    "memory_unanswered",
+)
 # A Hebrew question over the Hebrew pages: the same-language rule's candidate features and the memory's.
 FEATURES_SAME = (
     "dense_top",
@@ -60,6 +68,7 @@ FEATURES_SAME = (
     "sentence_top",
     "memory_best",
     "memory_agree",
+    "memory_unanswered",
 )
 L2 = 1.0
 RULES = ("abstention_rule", "abstention_rule_cross_language", "abstention_rule_cross_language_tuned")
@@ -98,7 +107,7 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
             held = folds.held(fold)
             folds.refit(fold)
             for path in held:
-                memory, _ = out_of_fold(path, files[path], every, vectors)
+                memory, _ = out_of_fold(path, files[path], every, vectors, folds.unanswered)
                 overrides = {
                     "query_tuning_path": None,
                     "question_memory_path": None,

@@ -66,7 +66,7 @@ async def collect(scripts: Sequence[str] = ("latin",)) -> list[dict[str, Any]]:
         for fold in range(FOLDS):
             folds.refit(fold)
             for path in folds.held(fold):
-                memory, _ = out_of_fold(path, folds.files[path], folds.every, folds.vectors)
+                memory, _ = out_of_fold(path, folds.files[path], folds.every, folds.vectors, folds.unanswered)
                 retriever = await index.engine_with(
                     {
                         "query_tuning_path": None,

@@ -44,17 +44,39 @@ def file_keys(name: str, counts: dict[str, Any]) -> dict[str, int]:
 
 
 def out_of_fold(
-    path: str, asked: Sequence[Any], every: Mapping[str, Sequence[Any]], vectors: Mapping[str, np.ndarray]
+    path: str,
+    asked: Sequence[Any],
+    every: Mapping[str, Sequence[Any]],
+    vectors: Mapping[str, np.ndarray],
+    unanswered: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[Any, int]:
     """A memory of every other read file's answerable questions for the file at ``path`` (none whose
-    text is ``asked`` in it), and how many it holds."""
+    text is ``asked`` in it), and of their unanswerable ones (``unanswered``, each file's) as questions
+    the wiki did not answer, as ``ragbot remember-questions`` writes it; and how many answerable ones it
+    holds."""
     from ragbot.evaluation.question_memory import question_key, remember
 
     keys = {question_key(q.question) for q in asked}
-    kept = [
-        q for other, qs in every.items() if other != path for q in qs if question_key(q.question) not in keys
-    ]
-    return remember(kept, np.stack([vectors[q.question] for q in kept]), model=MODEL), len(kept)
+
+    def others(by_file: Mapping[str, Sequence[Any]]) -> list[Any]:
+        seen = set(keys)
+        out = []
+        for other, qs in by_file.items():
+            for q in qs:
+                if other != path and question_key(q.question) not in seen:
+                    seen.add(question_key(q.question))
+                    out.append(q)
+        return out
+
+    kept, far = others(every), others(unanswered or {})
+    memory = remember(
+        kept,
+        np.stack([vectors[q.question] for q in kept]),
+        model=MODEL,
+        not_answered=far,
+        not_answered_vectors=np.stack([vectors[q.question] for q in far]) if far else None,
+    )
+    return memory, len(kept)
 
 
 def shares(rows: Sequence[Any], language: dict[str, str], lang: str | None) -> dict[str, int]:
@@ -74,7 +96,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
     """Answer each file without and with the other files' memory; the counts per variant and language."""
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate, load_questions
-    from ragbot.evaluation.question_memory import answered
+    from ragbot.evaluation.question_memory import answered, unanswered
     from ragbot.evaluation.sample_index import SampleIndex
     from ragbot.llms import build_llm
     from ragbot.prompts import PromptLibrary
@@ -89,7 +111,8 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
     language: dict[str, str] = {}
     try:
         every = {path: answered([ROOT / path]) for path in READ_FILES}
-        texts = sorted({q.question for qs in every.values() for q in qs})
+        far = {path: unanswered([ROOT / path]) for path in READ_FILES}
+        texts = sorted({q.question for qs in (*every.values(), *far.values()) for q in qs})
         vectors = dict(zip(texts, index.queries[MODEL].embed_queries(texts), strict=True))
         prompts = PromptLibrary(settings.prompts_dir)
         overrides = {"query_tuning_path": ROOT / TUNED_QUERIES, "question_memory_path": None}
@@ -97,7 +120,7 @@ async def measure(files: Sequence[str]) -> dict[str, Any]:
             questions = load_questions(ROOT / path)
             for q in questions:
                 language[q.id] = q.language
-            memory, remembered = out_of_fold(path, questions, every, vectors)
+            memory, remembered = out_of_fold(path, questions, every, vectors, far)
             counts: dict[str, Any] = {}
             for variant in VARIANTS:
                 engine = await index.engine_with(overrides, memory=memory if variant == "with" else None)

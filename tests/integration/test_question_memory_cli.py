@@ -38,6 +38,16 @@ async def test_remembered_questions_reorder_the_pages_found(tmp_path: Path) -> N
     assert memory.questions == [q for q, gold in QUESTIONS if gold is not None]
     assert memory.pages == [(100028,), (100029,), (100005,)] and memory.dimension == 384
     assert memory.model == E5 and memory.about["files"] == ["questions.json"]
+    # the unanswerable one is remembered as a question the wiki did not answer
+    assert memory.unanswered == ["What is the weather in Haifa?"] and memory.about["unanswered"] == 1
+    plain_out = tmp_path / "answered.npz"
+    assert (
+        main(
+            ["remember-questions", "--questions", str(questions), "--out", str(plain_out), "--answered-only"]
+        )
+        == 0
+    )
+    assert QuestionMemory.load(plain_out).unanswered == []
 
     asked = "My 17-year-old works this summer: does he get credit points on his income tax?"
     index = await SampleIndex.build([pages], work_dir=tmp_path)
@@ -59,6 +69,9 @@ async def test_remembered_questions_reorder_the_pages_found(tmp_path: Path) -> N
     nearest = remembered.debug.memory.neighbours[0]
     assert nearest.question == QUESTIONS[0][0] and nearest.pages == [100028] and nearest.cosine > 0.85
     assert remembered.debug.pages[0] == 100028
+    # the weather question is further from a tax question than the remembered tax question is
+    far = remembered.debug.memory.unanswered
+    assert far is not None and far.question == QUESTIONS[3][0] and far.cosine < nearest.cosine
     assert moved.debug.pages[0] == 100029 and set(moved.debug.pages) == set(plain.debug.pages)
 
     async with build_resources(

@@ -248,18 +248,26 @@ class TunedRetriever(StaticRetriever):
 
 class RememberingRetriever(TunedRetriever):
     """The tuned fake, as if its question memory had found a remembered question of ``page`` at
-    ``cosine`` (``debug.memory``)."""
+    ``cosine`` (``debug.memory``), and, with ``unanswered``, a question the wiki did not answer at that
+    cosine."""
 
     def __init__(
-        self, documents: Sequence[dict[str, Any]], cosines: Sequence[float], *, page: int, cosine: float
+        self,
+        documents: Sequence[dict[str, Any]],
+        cosines: Sequence[float],
+        *,
+        page: int,
+        cosine: float,
+        unanswered: float | None = None,
     ) -> None:
         super().__init__(documents, cosines)
         self.remembered = {"question": "remembered", "pages": [page], "cosine": cosine}
+        self.unanswered = None if unanswered is None else {"question": "unanswered", "cosine": unanswered}
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveResponse:
         response = await super().retrieve(request)
         debug = response.debug.model_dump()
-        debug["memory"] = {"neighbours": [self.remembered], "shares": {}}
+        debug["memory"] = {"neighbours": [self.remembered], "shares": {}, "unanswered": self.unanswered}
         return response.model_copy(update={"debug": type(response.debug).model_validate(debug)})
 
 

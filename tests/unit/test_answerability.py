@@ -18,6 +18,7 @@ from ragbot.chat.answerability import (
     decide,
     evidence,
     key_terms,
+    knows_unanswered,
     memory_evidence,
     remembered,
     rule_for,
@@ -327,11 +328,51 @@ def test_memory_evidence_reads_the_nearest_remembered_question() -> None:
             ]
         }
     }
-    assert memory_evidence(debug, 5) == (0.93, 1.0)
-    assert memory_evidence(debug, 3) == (0.93, 0.0)
-    assert memory_evidence(debug, None) == (0.93, 0.0)
-    assert memory_evidence({"memory": None}, 3) == (0.0, 0.0) and memory_evidence({}, 3) == (0.0, 0.0)
+    assert memory_evidence(debug, 5) == (0.93, 1.0, 0.0)
+    assert memory_evidence(debug, 3) == (0.93, 0.0, 0.0)
+    assert memory_evidence(debug, None) == (0.93, 0.0, 0.0)
+    assert memory_evidence({"memory": None}, 3) == (0.0, 0.0, 0.0) and memory_evidence({}, 3) == (
+        0.0,
+        0.0,
+        0.0,
+    )
     assert remembered(debug) and not remembered({"memory": {"neighbours": []}})
+    # the nearest question the wiki did not answer, when the memory holds such
+    knowing = {"memory": {**debug["memory"], "unanswered": {"question": "c", "cosine": 0.91}}}
+    assert memory_evidence(knowing, 5) == (0.93, 1.0, 0.91)
+    assert knows_unanswered(knowing) and not knows_unanswered(debug) and not knows_unanswered({})
+
+
+def test_a_memory_rule_that_weighs_unanswered_questions_applies_only_where_the_memory_holds_them() -> None:
+    docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
+    answers = {"bias": -0.5, "dense_top": 1.0, "threshold": 0.0}  # cosine 0.6 >= 0.5
+    # answers unless an unanswered question is nearer than the nearest answered one
+    margin = {"memory_best": 1.0, "memory_unanswered": -1.0, "threshold": 0.0}
+    settings = ChatSettings(
+        _env_file=None,
+        abstention_rule=answers,
+        abstention_rule_cross_language=answers,
+        abstention_rule_cross_language_tuned=answers,
+        abstention_rule_cross_language_memory=margin,
+        abstention_rule_memory=margin,
+        abstention_branches=[],
+    )
+
+    def decide(question: str, language: Literal["he", "en"], unanswered: float | None) -> dict[str, Any]:
+        retriever = RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9, unanswered=unanswered)
+        return _decision(retriever, settings, question, language)
+
+    asked: list[tuple[str, Literal["he", "en"]]] = [
+        ("מי זכאי לחופשה שנתית?", "he"),
+        ("Who gets annual leave?", "en"),
+    ]
+    for question, language in asked:
+        near = decide(question, language, 0.95)
+        assert near["answer"] is False and near["evidence"]["memory_unanswered"] == 0.95
+        assert decide(question, language, 0.8)["answer"] is True
+        # a memory without unanswered questions: the rule without the memory decides (and answers)
+        plain = decide(question, language, None)
+        assert plain["answer"] is True and plain["evidence"]["memory_unanswered"] == 0.0
 
 
 def test_a_rule_is_turned_off_by_null_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

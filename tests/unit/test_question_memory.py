@@ -6,6 +6,7 @@ e5 and the ``ragbot remember-questions`` command are in ``tests/integration/test
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,40 @@ def test_the_file_keeps_questions_pages_vectors_and_settings(tmp_path: Path) -> 
     np.savez(other, header=np.frombuffer(b'{"format": "x"}', dtype=np.uint8), vectors=np.zeros((0, 3)))
     with pytest.raises(ConfigurationError, match="not a question memory"):
         QuestionMemory.load(other)
+
+
+def test_questions_the_wiki_did_not_answer_vote_for_nothing_but_say_how_near_they_are(tmp_path: Path) -> None:
+    knowing = memory(unanswered=["weather", "hummus"], unanswered_vectors=unit([0, 0, 1], [0, 0.6, 0.8]))
+    votes = knowing.votes(np.array([0.0, 0.6, 0.8], dtype=np.float32))
+    assert votes.unanswered is not None and votes.unanswered.question == "hummus"
+    assert abs(votes.unanswered.cosine - 1.0) < 1e-6
+    # the answered questions' votes are those of a memory without them
+    assert votes.shares == memory().votes(np.array([0.0, 0.6, 0.8], dtype=np.float32)).shares
+    assert all(n.pages for n in votes.neighbours)
+    debug = votes.as_debug()
+    assert debug["unanswered"] == {"question": "hummus", "cosine": 1.0}
+    assert "unanswered" not in memory().votes(np.ones(3, dtype=np.float32)).as_debug()
+    # the file keeps them; a file written before them loads with none
+    path = tmp_path / "knowing.npz"
+    knowing.save(path)
+    loaded = QuestionMemory.load(path)
+    assert loaded.unanswered == ["weather", "hummus"]
+    assert np.allclose(loaded.unanswered_vectors, knowing.unanswered_vectors, atol=1e-3)
+    with np.load(path) as data:
+        header = json.loads(bytes(data["header"]).decode("utf-8"))
+        del header["unanswered"]
+        older = tmp_path / "older.npz"
+        np.savez(
+            older, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), vectors=data["vectors"]
+        )
+    assert (
+        QuestionMemory.load(older).unanswered == []
+        and QuestionMemory.load(older).votes(np.ones(3, dtype=np.float32)).unanswered is None
+    )
+    with pytest.raises(ConfigurationError, match="2 unanswered questions, 1 vectors"):
+        memory(unanswered=["a", "b"], unanswered_vectors=unit([0, 0, 1]))
+    with pytest.raises(ConfigurationError, match="another dimension"):
+        memory(unanswered=["a"], unanswered_vectors=unit([0, 1]))
 
 
 def hit(doc: str, page: int, score: float) -> FusedHit:

@@ -22,6 +22,9 @@ the turn already has, with no extra model call:
 - ``memory_best``, ``memory_agree``: the cosine of the question memory's nearest remembered question
   (``ragbot.retrieval.memory``, the retriever's ``debug.memory``), and 1 when that question's page is
   the retrieved first page; both 0 when the retriever has no memory.
+- ``memory_unanswered``: the cosine of the nearest remembered question the wiki did not answer (the
+  memory's ``unanswered``; 0 when it holds none). Unanswerable questions from the pages' field cluster
+  by topic: a new one lands nearer an earlier unanswered question than an answerable one does.
 
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
@@ -37,7 +40,8 @@ gets the tuned rule (``abstention_rule_cross_language_tuned``), fitted on such t
 retriever's question memory voted too, the memory's rule (``abstention_rule_cross_language_memory``),
 fitted on such turns with the memory features beside the tuned rule's. A question in its best
 paragraph's language on which the memory voted gets the same-language memory rule when one is given
-(``abstention_rule_memory``).
+(``abstention_rule_memory``). A memory rule that weighs ``memory_unanswered`` applies only where the
+memory holds unanswered questions; elsewhere the turn gets the rule it would get without a memory.
 
 A turn the rule would answer still abstains when the question asks an amount or a duration and no
 source sentence close to the best states one (``ragbot.chat.answer_kind``, ``answer_kind_margin``):
@@ -69,6 +73,7 @@ __all__ = [
     "dense_branches",
     "evidence",
     "key_terms",
+    "knows_unanswered",
     "memory_evidence",
     "related_answer",
     "remembered",
@@ -134,6 +139,7 @@ class Evidence:
     tuned_gap: float = 0.0
     memory_best: float = 0.0
     memory_agree: float = 0.0
+    memory_unanswered: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The features by name, rounded for debug and reports."""
@@ -167,15 +173,24 @@ def remembered(debug: Mapping[str, Any]) -> bool:
     return bool((debug.get("memory") or {}).get("neighbours"))
 
 
-def memory_evidence(debug: Mapping[str, Any], top_page: int | None) -> tuple[float, float]:
-    """The nearest remembered question's cosine, and 1.0 when its page is ``top_page`` (the retrieved
-    first page); (0, 0) without a memory."""
-    neighbours = (debug.get("memory") or {}).get("neighbours") or []
+def knows_unanswered(debug: Mapping[str, Any]) -> bool:
+    """Whether the retriever's question memory holds questions the wiki did not answer (it then says the
+    nearest one's cosine)."""
+    return isinstance((debug.get("memory") or {}).get("unanswered"), Mapping)
+
+
+def memory_evidence(debug: Mapping[str, Any], top_page: int | None) -> tuple[float, float, float]:
+    """The nearest remembered question's cosine, 1.0 when its page is ``top_page`` (the retrieved first
+    page), and the nearest unanswered question's cosine; zeros without a memory."""
+    memory = debug.get("memory") or {}
+    unanswered = memory.get("unanswered")
+    far = float(unanswered.get("cosine") or 0.0) if isinstance(unanswered, Mapping) else 0.0
+    neighbours = memory.get("neighbours") or []
     if not neighbours:
-        return 0.0, 0.0
+        return 0.0, 0.0, far
     nearest = max(neighbours, key=lambda n: float(n.get("cosine") or 0.0))
     pages = {int(p) for p in nearest.get("pages") or []}
-    return float(nearest.get("cosine") or 0.0), float(top_page is not None and top_page in pages)
+    return float(nearest.get("cosine") or 0.0), float(top_page is not None and top_page in pages), far
 
 
 def evidence(
@@ -208,7 +223,7 @@ def evidence(
         bm25_gap = 0.0
     top_dense, top_bm25 = _top_page(rows, dense), _top_page(rows, bm25)
     agree = 1.0 if top_bm25 is not None and top_bm25 == top_dense else 0.0
-    memory_best, memory_agree = memory_evidence(debug, top_page)
+    memory_best, memory_agree, memory_unanswered = memory_evidence(debug, top_page)
     return Evidence(
         dense_top=dense_top,
         dense_gap=dense_gap,
@@ -223,6 +238,7 @@ def evidence(
         tuned_gap=tuned_pages[0] - tuned_pages[1] if len(tuned_pages) > 1 else 0.0,
         memory_best=memory_best,
         memory_agree=memory_agree,
+        memory_unanswered=memory_unanswered,
     )
 
 
@@ -242,6 +258,7 @@ class AbstentionRule:
     tuned_gap: float = 0.0
     memory_best: float = 0.0
     memory_agree: float = 0.0
+    memory_unanswered: float = 0.0
     threshold: float = -math.inf
 
     def score(self, ev: Evidence) -> float:
@@ -259,6 +276,7 @@ class AbstentionRule:
             + self.tuned_gap * ev.tuned_gap
             + self.memory_best * ev.memory_best
             + self.memory_agree * ev.memory_agree
+            + self.memory_unanswered * ev.memory_unanswered
         )
 
 
@@ -321,23 +339,31 @@ def turn_rule(ev: Evidence, debug: Mapping[str, Any], settings: ChatSettings) ->
     """The rule given for what the turn searched, the most specific first: a same-language turn the
     question memory voted on gets the same-language memory rule; a cross-language turn searched with a
     tuned encoder the cross-language memory rule (when the memory voted) or the tuned rule; any other
-    turn the rule of its language pair (``rule_for``). A rule set to None falls back to the next."""
+    turn the rule of its language pair (``rule_for``). A rule set to None falls back to the next, and so
+    does a memory rule that weighs ``memory_unanswered`` when the memory holds no unanswered question."""
     if (
         ev.cross_language
         and settings.abstention_rule_cross_language_tuned is not None
         and searched_tuned(debug)
     ):
-        memory_rule = settings.abstention_rule_cross_language_memory
-        if memory_rule is not None and remembered(debug):
-            return AbstentionRule(**memory_rule)
-        return AbstentionRule(**settings.abstention_rule_cross_language_tuned)
-    same_memory = settings.abstention_rule_memory
-    if not ev.cross_language and same_memory is not None and remembered(debug):
-        return AbstentionRule(**same_memory)
+        memory_rule = _memory_rule(settings.abstention_rule_cross_language_memory, debug)
+        return memory_rule or AbstentionRule(**settings.abstention_rule_cross_language_tuned)
+    same_memory = _memory_rule(settings.abstention_rule_memory, debug)
+    if not ev.cross_language and same_memory is not None:
+        return same_memory
     cross = settings.abstention_rule_cross_language
     return rule_for(
         ev, AbstentionRule(**settings.abstention_rule), None if cross is None else AbstentionRule(**cross)
     )
+
+
+def _memory_rule(weights: Mapping[str, float] | None, debug: Mapping[str, Any]) -> AbstentionRule | None:
+    """A memory rule for the turn: given, the memory voted, and it knows unanswered questions when the
+    rule weighs them; else None."""
+    if weights is None or not remembered(debug):
+        return None
+    rule = AbstentionRule(**weights)
+    return None if rule.memory_unanswered and not knows_unanswered(debug) else rule
 
 
 def decide(ev: Evidence, rule: AbstentionRule) -> Decision:

@@ -1,4 +1,4 @@
-"""The ``ragbot remember-questions`` subcommand: the wiki's answered questions, embedded, to a file.
+"""The ``ragbot remember-questions`` subcommand: the wiki's answered (and unanswered) questions, embedded.
 
 ``ragbot.cli.main`` owns the parser; ``register`` adds the subcommand. The retriever reads the file
 it writes when ``RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH`` names it (``ragbot.retrieval.memory``).
@@ -22,8 +22,9 @@ def register(subparsers: Any) -> None:
         description="Embed every answerable question of the files (eval-answers' shape) with the "
         "retriever's embedder of --model and write them, with their gold pages, to --out for "
         "RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH. A new question's nearest remembered ones then vote for "
-        "their pages among the retrieved ones. Measure on questions you did not remember "
-        "(docs/benchmarks.md).",
+        "their pages among the retrieved ones. Unanswerable questions (no gold page) are remembered as "
+        "questions the wiki did not answer: the nearest one's cosine is evidence for the chat's "
+        "abstention rule. Measure on questions you did not remember (docs/benchmarks.md).",
     )
     rq.add_argument(
         "--questions", type=Path, nargs="+", required=True, help="question files (eval-answers' shape)"
@@ -44,6 +45,12 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_TEMPERATURE,
         help="a vote weighs exp((cosine - best cosine) / temperature) (default 0.02)",
     )
+    rq.add_argument(
+        "--answered-only",
+        action="store_true",
+        help="leave the unanswerable questions out (a memory without them: the chat's rules that weigh "
+        "memory_unanswered then do not apply)",
+    )
     rq.set_defaults(handler=run_remember_questions)
 
 
@@ -52,7 +59,7 @@ def run_remember_questions(args: argparse.Namespace) -> int:
     from ragbot.definition import load_definition
     from ragbot.embedders import build_embedders
     from ragbot.errors import ValidationFailed
-    from ragbot.evaluation.question_memory import answered, build_memory
+    from ragbot.evaluation.question_memory import answered, build_memory, unanswered
     from ragbot.settings import get_model_settings
 
     for path in args.questions:
@@ -79,10 +86,12 @@ def run_remember_questions(args: argparse.Namespace) -> int:
         neighbours=args.neighbours,
         temperature=args.temperature,
         about={"files": [p.name for p in args.questions]},
+        not_answered=[] if args.answered_only else unanswered(args.questions),
     )
     memory.save(args.out)
     sys.stdout.write(
-        f"remembered {len(memory)} questions over {memory.about['pages']} pages in "
+        f"remembered {len(memory)} questions over {memory.about['pages']} pages and "
+        f"{len(memory.unanswered)} the wiki did not answer in "
         f"{memory.about['seconds']} s; wrote {args.out}\n"
     )
     return 0

@@ -1,7 +1,8 @@
 """Build a question memory (``ragbot.retrieval.memory``) from the wiki's question files and one model.
 
 Every answerable question of the files (eval-answers' shape) is remembered once, with its gold pages,
-as the retriever's embedder of that model embeds a question.
+as the retriever's embedder of that model embeds a question; every unanswerable one (no gold page) is
+remembered as a question the wiki did not answer.
 """
 
 from __future__ import annotations
@@ -40,6 +41,27 @@ def answered(paths: Iterable[Path]) -> list[AnswerQuestion]:
     return out
 
 
+def unanswered(paths: Iterable[Path]) -> list[AnswerQuestion]:
+    """The unanswerable questions of ``paths`` (no gold page), each text once and none that a file
+    answers."""
+    questions = [q for path in paths for q in load_questions(path)]
+    answered_keys = {question_key(q.question) for q in questions if q.gold_page_id is not None}
+    seen: set[str] = set()
+    out: list[AnswerQuestion] = []
+    for question in questions:
+        key = question_key(question.question)
+        if question.gold_page_id is not None or key in seen or key in answered_keys:
+            continue
+        seen.add(key)
+        out.append(question)
+    return out
+
+
+def _embed(embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
+    rows = [embedder.embed_queries(list(texts[i : i + BATCH])) for i in range(0, len(texts), BATCH)]
+    return np.asarray(np.concatenate(rows), dtype=np.float32) if rows else np.zeros((0, 0), np.float32)
+
+
 def build_memory(
     questions: Sequence[AnswerQuestion],
     *,
@@ -48,25 +70,29 @@ def build_memory(
     neighbours: int = DEFAULT_NEIGHBOURS,
     temperature: float = DEFAULT_TEMPERATURE,
     about: dict[str, object] | None = None,
+    not_answered: Sequence[AnswerQuestion] = (),
 ) -> QuestionMemory:
-    """Embed ``questions`` with ``embedder`` (``model``'s) and remember each with its gold pages."""
+    """Embed ``questions`` with ``embedder`` (``model``'s) and remember each with its gold pages, and
+    ``not_answered`` as questions the wiki did not answer."""
     if not questions:
         raise ValidationFailed("no answerable question to remember", field="questions")
     t0 = time.perf_counter()
-    texts = [q.question for q in questions]
-    rows = [embedder.embed_queries(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)]
+    vectors = _embed(embedder, [q.question for q in questions])
     memory = remember(
         questions,
-        np.asarray(np.concatenate(rows), dtype=np.float32),
+        vectors,
         model=model,
         neighbours=neighbours,
         temperature=temperature,
+        not_answered=not_answered,
+        not_answered_vectors=_embed(embedder, [q.question for q in not_answered]) if not_answered else None,
     )
     memory.about = {
         **(about or {}),
         "questions": len(questions),
         "languages": sorted({q.language for q in questions}),
         "pages": len({p for q in questions for p in q.gold_pages}),
+        "unanswered": len(not_answered),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     return memory
@@ -79,8 +105,11 @@ def remember(
     model: str,
     neighbours: int = DEFAULT_NEIGHBOURS,
     temperature: float = DEFAULT_TEMPERATURE,
+    not_answered: Sequence[AnswerQuestion] = (),
+    not_answered_vectors: NDArray[np.float32] | None = None,
 ) -> QuestionMemory:
-    """A memory of ``questions`` with their gold pages, ``vectors`` their ``model`` vectors, row for row."""
+    """A memory of ``questions`` with their gold pages, ``vectors`` their ``model`` vectors, row for row;
+    and of ``not_answered`` (with ``not_answered_vectors``) as questions the wiki did not answer."""
     return QuestionMemory(
         model=model,
         questions=[q.question for q in questions],
@@ -88,4 +117,6 @@ def remember(
         vectors=vectors,
         neighbours=neighbours,
         temperature=temperature,
+        unanswered=[q.question for q in not_answered],
+        unanswered_vectors=not_answered_vectors,
     )

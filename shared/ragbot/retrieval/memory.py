@@ -8,6 +8,10 @@ is never added, so the memory reorders what was retrieved and cannot make an ans
 Questions asked in one language match earlier questions in the same language better than they match
 pages written in another: on a Hebrew wiki, English questions gain most (docs/benchmarks.md).
 
+The memory may also hold questions the wiki did not answer (``unanswered``): they vote for nothing, but
+the nearest one's cosine (``Votes.unanswered``) tells the chat's abstention rule that a question like
+this one went unanswered before (``ragbot.chat.answerability``'s ``memory_unanswered``).
+
 ``ragbot remember-questions`` writes the file (``ragbot.evaluation.question_memory``); the retriever
 loads it when ``RAGBOT_RETRIEVER_QUESTION_MEMORY_PATH`` names it.
 """
@@ -49,20 +53,33 @@ class Votes:
 
     neighbours: list[Neighbour]
     shares: dict[int, float] = field(default_factory=dict)
+    unanswered: Neighbour | None = None
 
     def as_debug(self) -> dict[str, Any]:
-        """The retriever's debug view of the votes."""
-        return {
+        """The retriever's debug view of the votes (``unanswered`` only when the memory holds such)."""
+        out: dict[str, Any] = {
             "neighbours": [
                 {"question": n.question, "pages": list(n.pages), "cosine": round(n.cosine, 6)}
                 for n in self.neighbours
             ],
             "shares": {str(page): round(share, 6) for page, share in self.shares.items()},
         }
+        if self.unanswered is not None:
+            out["unanswered"] = {
+                "question": self.unanswered.question,
+                "cosine": round(self.unanswered.cosine, 6),
+            }
+        return out
+
+
+def _unit(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True) if len(vectors) else np.ones((0, 1))
+    return np.asarray(vectors / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
 class QuestionMemory:
-    """Remembered questions with their pages and one model's unit question vectors."""
+    """Remembered questions with their pages and one model's unit question vectors, and the questions the
+    wiki did not answer with theirs."""
 
     def __init__(
         self,
@@ -74,10 +91,20 @@ class QuestionMemory:
         neighbours: int = DEFAULT_NEIGHBOURS,
         temperature: float = DEFAULT_TEMPERATURE,
         about: dict[str, Any] | None = None,
+        unanswered: Sequence[str] = (),
+        unanswered_vectors: NDArray[np.float32] | None = None,
     ) -> None:
         if len(questions) != len(pages) or len(questions) != len(vectors):
             counts = f"{len(questions)} questions, {len(pages)} page lists, {len(vectors)} vectors"
             raise ConfigurationError(f"question memory: {counts}")
+        width = vectors.shape[1] if vectors.ndim == 2 else 0
+        others = np.zeros((0, width), dtype=np.float32) if unanswered_vectors is None else unanswered_vectors
+        if len(unanswered) != len(others):
+            raise ConfigurationError(
+                f"question memory: {len(unanswered)} unanswered questions, {len(others)} vectors"
+            )
+        if len(unanswered) and len(questions) and others.shape[1] != vectors.shape[1]:
+            raise ConfigurationError("question memory: unanswered questions' vectors of another dimension")
         if any(not p for p in pages):
             raise ConfigurationError("question memory: every question needs at least one page")
         if neighbours < 1 or not (math.isfinite(temperature) and temperature > 0):
@@ -85,8 +112,9 @@ class QuestionMemory:
         self.model = model
         self.questions = list(questions)
         self.pages = [tuple(int(p) for p in row) for row in pages]
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True) if len(vectors) else np.ones((0, 1))
-        self.vectors = np.asarray(vectors / np.maximum(norms, 1e-12), dtype=np.float32)
+        self.vectors = _unit(vectors)
+        self.unanswered = list(unanswered)
+        self.unanswered_vectors = _unit(others)
         self.neighbours = neighbours
         self.temperature = temperature
         self.about = dict(about or {})
@@ -110,6 +138,7 @@ class QuestionMemory:
             )
         query = vector / max(float(np.linalg.norm(vector)), 1e-12)
         cosines = self.vectors @ query.astype(np.float32)
+        unanswered = self._nearest_unanswered(query)
         order = np.argsort(-cosines, kind="stable")[: self.neighbours]
         best = float(cosines[order[0]])
         neighbours: list[Neighbour] = []
@@ -122,7 +151,15 @@ class QuestionMemory:
                 totals[page] = totals.get(page, 0.0) + weight
         top = max(totals.values())
         shares = {page: total / top for page, total in sorted(totals.items(), key=lambda kv: -kv[1])}
-        return Votes(neighbours=neighbours, shares=shares)
+        return Votes(neighbours=neighbours, shares=shares, unanswered=unanswered)
+
+    def _nearest_unanswered(self, query: NDArray[np.float32]) -> Neighbour | None:
+        """The remembered unanswered question nearest ``query`` (a unit vector); None when none is held."""
+        if not self.unanswered:
+            return None
+        cosines = self.unanswered_vectors @ query.astype(np.float32)
+        row = int(np.argmax(cosines))
+        return Neighbour(self.unanswered[row], (), float(cosines[row]), 1.0)
 
     def save(self, path: Path) -> None:
         """Write the memory as one ``.npz`` file (questions and pages in its JSON header)."""
@@ -134,6 +171,7 @@ class QuestionMemory:
             "questions": self.questions,
             "pages": [list(p) for p in self.pages],
             "about": self.about,
+            "unanswered": self.unanswered,
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as handle:
@@ -141,6 +179,7 @@ class QuestionMemory:
                 handle,
                 header=np.frombuffer(json.dumps(header, ensure_ascii=False).encode("utf-8"), dtype=np.uint8),
                 vectors=self.vectors.astype(np.float16),
+                unanswered_vectors=self.unanswered_vectors.astype(np.float16),
             )
 
     @classmethod
@@ -150,6 +189,11 @@ class QuestionMemory:
             with np.load(path, allow_pickle=False) as data:
                 header = json.loads(bytes(data["header"]).decode("utf-8"))
                 vectors = np.asarray(data["vectors"], dtype=np.float32)
+                others = (
+                    np.asarray(data["unanswered_vectors"], dtype=np.float32)
+                    if "unanswered_vectors" in data.files
+                    else None
+                )
         except (OSError, KeyError, ValueError) as exc:
             raise ConfigurationError(f"cannot read the question memory {path}: {exc}") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -164,6 +208,8 @@ class QuestionMemory:
             neighbours=int(header["neighbours"]),
             temperature=float(header["temperature"]),
             about=dict(header.get("about") or {}),
+            unanswered=[str(q) for q in header.get("unanswered") or []],
+            unanswered_vectors=others,
         )
 
 

@@ -200,6 +200,13 @@ class MemoryNeighbour(BaseModel):
     cosine: float
 
 
+class UnansweredNeighbour(BaseModel):
+    """The remembered question the wiki did not answer that is nearest the asked one."""
+
+    question: str
+    cosine: float
+
+
 class MemoryDebug(BaseModel):
     """The question memory's view: the nearest remembered questions and each page's vote share."""
 
@@ -211,6 +218,11 @@ class MemoryDebug(BaseModel):
         default=None,
         description="what the best-voted retrieved page's paragraphs gained, in units of the best fused "
         "score (the memory's weight, more when the nearest remembered question is very near)",
+    )
+    unanswered: UnansweredNeighbour | None = Field(
+        default=None,
+        description="the nearest remembered question the wiki did not answer (absent when the memory "
+        "holds none); the chat's abstention rule reads its cosine",
     )
 
 
