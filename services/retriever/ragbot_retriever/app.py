@@ -83,12 +83,14 @@ async def build_resources(
     if retriever_settings.question_memory_path is not None:
         memory = await asyncio.to_thread(QuestionMemory.load, retriever_settings.question_memory_path)
         logger.info(
-            "%d remembered questions in %s vote for pages (weight %s, +%s per cosine above %s)",
+            "%d remembered questions in %s vote for pages (weight %s, +%s per cosine above %s); "
+            "%d it holds unanswered are evidence for the chat's abstention",
             len(memory),
             retriever_settings.question_memory_path,
             retriever_settings.question_memory_weight,
             retriever_settings.question_memory_near_weight,
             retriever_settings.question_memory_near,
+            len(memory.unanswered),
         )
     defaults = RetrievalDefaults.from_settings(retriever_settings)
     generations = build_generations(store_settings)
