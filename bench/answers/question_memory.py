@@ -54,19 +54,12 @@ def out_of_fold(
     text is ``asked`` in it), and of their unanswerable ones (``unanswered``, each file's) as questions
     the wiki did not answer, as ``ragbot remember-questions`` writes it; and how many answerable ones it
     holds."""
-    from ragbot.evaluation.question_memory import question_key, remember
+    from ragbot.evaluation.question_memory import distinct, question_key, remember
 
     keys = {question_key(q.question) for q in asked}
 
     def others(by_file: Mapping[str, Sequence[Any]]) -> list[Any]:
-        seen = set(keys)
-        out = []
-        for other, qs in by_file.items():
-            for q in qs:
-                if other != path and question_key(q.question) not in seen:
-                    seen.add(question_key(q.question))
-                    out.append(q)
-        return out
+        return distinct((q for other, qs in by_file.items() if other != path for q in qs), skip=keys)
 
     kept, far = others(every), others(unanswered or {})
     memory = remember(

@@ -249,6 +249,25 @@ def _decision(
     return decision
 
 
+def _rules(
+    answers: dict[str, float],
+    *,
+    memory: dict[str, float] | None,
+    cross_language_memory: dict[str, float] | None = None,
+) -> ChatSettings:
+    """Chat settings whose every rule is ``answers`` but the two memory rules (the cross-language one
+    ``answers`` too unless given), on any dense branches."""
+    return ChatSettings(
+        _env_file=None,
+        abstention_rule=answers,
+        abstention_rule_cross_language=answers,
+        abstention_rule_cross_language_tuned=answers,
+        abstention_rule_cross_language_memory=cross_language_memory or answers,
+        abstention_rule_memory=memory,
+        abstention_branches=[],
+    )
+
+
 def test_a_tuned_turn_the_memory_voted_on_is_decided_by_the_memory_rule() -> None:
     docs = [document(7, 0, "כל עובד זכאי לחופשה שנתית.", title="חופשה"), document(8, 0, "טקסט אחר")]
     tuned_answers = {"bias": -0.5, "tuned_top": 1.0, "threshold": 0.0}  # tuned cosine 0.55 >= 0.5
@@ -287,16 +306,7 @@ def test_a_same_language_turn_the_memory_voted_on_is_decided_by_the_same_languag
     memory_rule = {"bias": -1.5, "memory_best": 1.0, "memory_agree": 1.0, "threshold": 0.0}
 
     def decide(retriever: StaticRetriever, rule: dict[str, float] | None, question: str) -> dict[str, Any]:
-        settings = ChatSettings(
-            _env_file=None,
-            abstention_rule=answers,
-            abstention_rule_cross_language=answers,
-            abstention_rule_cross_language_tuned=answers,
-            abstention_rule_cross_language_memory=answers,
-            abstention_rule_memory=rule,
-            abstention_branches=[],
-        )
-        return _decision(retriever, settings, question, "he")
+        return _decision(retriever, _rules(answers, memory=rule), question, "he")
 
     hebrew = "מי זכאי לחופשה שנתית?"
     agreeing = decide(RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9), memory_rule, hebrew)
@@ -348,15 +358,7 @@ def test_a_memory_rule_that_weighs_unanswered_questions_applies_only_where_the_m
     answers = {"bias": -0.5, "dense_top": 1.0, "threshold": 0.0}  # cosine 0.6 >= 0.5
     # answers unless an unanswered question is nearer than the nearest answered one
     margin = {"memory_best": 1.0, "memory_unanswered": -1.0, "threshold": 0.0}
-    settings = ChatSettings(
-        _env_file=None,
-        abstention_rule=answers,
-        abstention_rule_cross_language=answers,
-        abstention_rule_cross_language_tuned=answers,
-        abstention_rule_cross_language_memory=margin,
-        abstention_rule_memory=margin,
-        abstention_branches=[],
-    )
+    settings = _rules(answers, memory=margin, cross_language_memory=margin)
 
     def decide(question: str, language: Literal["he", "en"], unanswered: float | None) -> dict[str, Any]:
         retriever = RememberingRetriever(docs, [0.6, 0.5], page=7, cosine=0.9, unanswered=unanswered)

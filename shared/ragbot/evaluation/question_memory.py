@@ -27,39 +27,35 @@ def question_key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def answered(paths: Iterable[Path]) -> list[AnswerQuestion]:
-    """The answerable questions of ``paths``, each text once (its first file's gold pages)."""
-    seen: set[str] = set()
+def distinct(questions: Iterable[AnswerQuestion], skip: Iterable[str] = ()) -> list[AnswerQuestion]:
+    """``questions`` each text once (the first), none whose ``question_key`` is in ``skip``."""
+    seen = set(skip)
     out: list[AnswerQuestion] = []
-    for path in paths:
-        for question in load_questions(path):
-            key = question_key(question.question)
-            if question.gold_page_id is None or key in seen:
-                continue
+    for question in questions:
+        key = question_key(question.question)
+        if key not in seen:
             seen.add(key)
             out.append(question)
     return out
+
+
+def answered(paths: Iterable[Path]) -> list[AnswerQuestion]:
+    """The answerable questions of ``paths``, each text once (its first file's gold pages)."""
+    return distinct(q for path in paths for q in load_questions(path) if q.gold_page_id is not None)
 
 
 def unanswered(paths: Iterable[Path]) -> list[AnswerQuestion]:
     """The unanswerable questions of ``paths`` (no gold page), each text once and none that a file
     answers."""
     questions = [q for path in paths for q in load_questions(path)]
-    answered_keys = {question_key(q.question) for q in questions if q.gold_page_id is not None}
-    seen: set[str] = set()
-    out: list[AnswerQuestion] = []
-    for question in questions:
-        key = question_key(question.question)
-        if question.gold_page_id is not None or key in seen or key in answered_keys:
-            continue
-        seen.add(key)
-        out.append(question)
-    return out
+    answers = (question_key(q.question) for q in questions if q.gold_page_id is not None)
+    return distinct((q for q in questions if q.gold_page_id is None), skip=answers)
 
 
 def _embed(embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
+    """``texts`` embedded as queries, ``BATCH`` at a time (at least one text)."""
     rows = [embedder.embed_queries(list(texts[i : i + BATCH])) for i in range(0, len(texts), BATCH)]
-    return np.asarray(np.concatenate(rows), dtype=np.float32) if rows else np.zeros((0, 0), np.float32)
+    return np.asarray(np.concatenate(rows), dtype=np.float32)
 
 
 def build_memory(
