@@ -74,10 +74,11 @@ L2 = 1.0
 RULES = ("abstention_rule", "abstention_rule_cross_language", "abstention_rule_cross_language_tuned")
 
 
-async def collect(language: str = "en") -> list[dict[str, Any]]:
+async def collect(language: str = "en", *, gate_off: bool = False) -> list[dict[str, Any]]:
     """Every read file's turns in ``language``, out of fold, with every rule's threshold off. Questions
     search as ``make run`` searches them: in its scripts with the tuned encoder (``TUNED_SCRIPTS``),
-    refitted without the held fold."""
+    refitted without the held fold. ``gate_off``: the gate's thresholds are off too (it still records
+    each turn's probability, the ``gate`` feature)."""
     from ragbot.chat.pipeline import ChatPipeline
     from ragbot.dev.servers import TUNED_SCRIPTS
     from ragbot.evaluation.answers import DEFAULT_PAGES, RecordingRetriever, evaluate
@@ -93,7 +94,8 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
             for name in RULES
             if (rule := getattr(shipped, name)) is not None
         }
-        | {"abstention_rule_cross_language_memory": None}
+        | {"abstention_rule_cross_language_memory": None, "abstention_rule_memory": None}
+        | ({"abstention_gate_path": _open_gate()} if gate_off else {})
     )
     llm = build_llm(settings=settings)
     index = await SampleIndex.build(DEFAULT_PAGES)
@@ -128,6 +130,23 @@ async def collect(language: str = "en") -> list[dict[str, Any]]:
         await index.close()
         await llm.close()
     return turns
+
+
+def _open_gate() -> Path:
+    """The shipped gate with no thresholds, in a temporary file: it scores every turn and stops none."""
+    import tempfile
+
+    from ragbot.chat.pair_gate import load_gate
+
+    raw = load_gate().as_json() | {"thresholds": {}}
+    path = Path(tempfile.mkdtemp(prefix="ragbot-gate-")) / "pair_gate.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
+def with_gate(turns: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The turns with the gate's probability among their evidence (``gate``; 0 where it said nothing)."""
+    return [{**t, "evidence": {**t["evidence"], "gate": float(t.get("gate") or 0.0)}} for t in turns]
 
 
 def score(rule: dict[str, float], evidence: dict[str, float]) -> float:
@@ -178,24 +197,46 @@ def fit(turns: Sequence[dict[str, Any]], features: Sequence[str] = FEATURES) -> 
     return rule
 
 
+def gated(turns: Sequence[dict[str, Any]], bar: float) -> list[dict[str, Any]]:
+    """Turns collected with the gate off, as the gate at ``bar`` would have left them: a turn whose
+    probability is under it abstained."""
+    return [
+        {**t, "abstained": t["abstained"] or (t.get("gate") is not None and t["gate"] < bar)} for t in turns
+    ]
+
+
 def measure(
     turns: Sequence[dict[str, Any]],
     shipped: dict[str, float],
     *,
     language: str = "en",
     features: Sequence[str] = FEATURES,
+    gate_bar: float | None = None,
 ) -> dict[str, Any]:
     """Out-of-fold figures of the shipped rule and of the memory's rule (``memory_rule_<language>_…``),
-    and the rule fitted on all (``memory_rule_<feature>``)."""
+    and the rule fitted on all (``memory_rule_<feature>``). ``gate_bar``: the turns were collected with
+    the gate off; the shipped and memory rules are measured behind the gate at that bar, and the memory
+    rule that weighs the gate's probability instead of a bar (``…_memory_gate``) is the one written."""
+    behind = gated(turns, gate_bar) if gate_bar is not None else list(turns)
+    weighing = with_gate(turns) if gate_bar is not None else []
     tally = {"shipped": np.zeros(4, int), "memory": np.zeros(4, int)}
+    if weighing:
+        tally["memory_gate"] = np.zeros(4, int)
     for fold in sorted({t["fold"] for t in turns}):
-        train = [t for t in turns if t["fold"] != fold]
-        test = [t for t in turns if t["fold"] == fold]
+        train = [t for t in behind if t["fold"] != fold]
+        test = [t for t in behind if t["fold"] == fold]
         rule = fit(train, features)
         tally["memory"] += counts(test, [score(rule, t["evidence"]) >= rule["threshold"] for t in test])
         tally["shipped"] += counts(
             test, [score(shipped, t["evidence"]) >= shipped["threshold"] for t in test]
         )
+        if weighing:
+            train = [t for t in weighing if t["fold"] != fold]
+            test = [t for t in weighing if t["fold"] == fold]
+            rule = fit(train, (*features, "gate"))
+            tally["memory_gate"] += counts(
+                test, [score(rule, t["evidence"]) >= rule["threshold"] for t in test]
+            )
     tag = f"memory_rule_{language}"
     out: dict[str, Any] = {f"{tag}_turns": len(turns)}
     for name, (c, a, b, u) in tally.items():
@@ -204,12 +245,14 @@ def measure(
         out[f"{tag}_cited_{name}"] = int(c)
         out[f"{tag}_abstained_{name}"] = int(b)
     out[f"{tag}_answerable"], out[f"{tag}_unanswerable"] = int(tally["memory"][1]), int(tally["memory"][3])
-    out.update({f"memory_rule_{k}": v for k, v in fit(turns, features).items()})
+    final = fit(weighing, (*features, "gate")) if weighing else fit(behind, features)
+    out.update({f"memory_rule_{k}": v for k, v in final.items()})
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     """Collect (or read) the turns, measure out of fold and write the figures and the rule."""
+    from ragbot.chat.pair_gate import load_gate
     from ragbot.settings.chat import ABSTENTION_RULE, ABSTENTION_RULE_CROSS_LANGUAGE_TUNED
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -221,6 +264,11 @@ def main(argv: list[str] | None = None) -> None:
         default="en",
         help="en: the tuned cross-language turns; he: Hebrew",
     )
+    parser.add_argument(
+        "--gate-off",
+        action="store_true",
+        help="collect with the gate's thresholds off and fit the rule that weighs its probability instead",
+    )
     parser.add_argument("--out", type=Path, help=f"default {RESULTS.name} (en), memory_rule_he.json (he)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -228,14 +276,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.from_turns:
         turns = pickle.loads(args.from_turns.read_bytes())
     else:
-        turns = asyncio.run(collect(args.language))
+        turns = asyncio.run(collect(args.language, gate_off=args.gate_off))
         if args.turns:
             args.turns.write_bytes(pickle.dumps(turns))
+    gate = load_gate()
     if args.language == "en":
-        report = measure(turns, dict(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED))
+        bar = gate.threshold(True, tuned=True) if args.gate_off else None
+        report = measure(turns, dict(ABSTENTION_RULE_CROSS_LANGUAGE_TUNED), gate_bar=bar)
     else:
         same = [t for t in turns if not t["evidence"].get("cross_language")]
-        report = measure(same, dict(ABSTENTION_RULE), language="he", features=FEATURES_SAME)
+        bar = gate.threshold(False) if args.gate_off else None
+        report = measure(same, dict(ABSTENTION_RULE), language="he", features=FEATURES_SAME, gate_bar=bar)
     out = args.out or RESULTS.with_name(RESULTS.name if args.language == "en" else "memory_rule_he.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -10,7 +10,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.answers.memory_rule import FEATURES, best_threshold, counts, fit, measure, score
+from bench.answers.memory_rule import FEATURES, best_threshold, counts, fit, gated, measure, score, with_gate
 
 
 def _turn(
@@ -70,3 +70,21 @@ def test_the_fitted_rule_weighs_a_near_remembered_question_up_and_separates_out_
     report = measure(turns, shipped)
     assert report["memory_rule_en_cited_memory"] == 4 and report["memory_rule_en_abstained_memory"] == 4
     assert report["memory_rule_en_cited_shipped"] == 4 and report["memory_rule_en_abstained_shipped"] == 0
+
+
+def test_turns_collected_with_the_gate_off_are_measured_behind_its_bar_and_weighing_it() -> None:
+    # the memory cannot tell these apart (all 0.9); the gate's probability can
+    rows = [(0.8, 1), (0.7, 2), (0.3, 3), (0.35, 1), (0.2, None), (0.1, None), (0.25, None), (0.15, None)]
+    turns = [_turn(0.9, gold=g, fold=i % 2) | {"gate": p} for i, (p, g) in enumerate(rows)]
+    behind = gated(turns, 0.5)
+    assert [t["abstained"] for t in behind] == [False, False, True, True, True, True, True, True]
+    assert not any(t["abstained"] for t in turns)  # the collected turns are left as they were
+    assert all("gate" not in t["evidence"] for t in turns)
+    assert [t["evidence"]["gate"] for t in with_gate(turns)] == [p for p, _ in rows]
+    report = measure(turns, {"bias": 1.0, "threshold": 0.0}, gate_bar=0.5)
+    # behind the bar, two answerable turns under it are lost whatever the rule says
+    assert report["memory_rule_en_cited_shipped"] == 2 and report["memory_rule_en_abstained_shipped"] == 4
+    # the rule that weighs the probability draws its own line under 0.3, and keeps them
+    assert report["memory_rule_en_cited_memory_gate"] == 4
+    assert report["memory_rule_en_abstained_memory_gate"] == 4
+    assert report["memory_rule_gate"] > 0  # the rule written weighs it up

@@ -25,6 +25,8 @@ the turn already has, with no extra model call:
 - ``memory_unanswered``: the cosine of the nearest remembered question the wiki did not answer (the
   memory's ``unanswered``; 0 when it holds none). Unanswerable questions from the pages' field cluster
   by topic: a new one lands nearer an earlier unanswered question than an answerable one does.
+- ``gate``: the learned gate's probability that the best numbered paragraph answers
+  (``ragbot.chat.pair_gate``), read only for a rule that weighs it; 0 otherwise.
 
 ``decide`` combines them linearly (``AbstentionRule``: weights fitted on the tuning half of
 ``samples/kolzchut/abstention_questions.json`` by ``bench/answers/abstention.py --fit``, see
@@ -42,6 +44,8 @@ fitted on such turns with the memory features beside the tuned rule's. A questio
 paragraph's language on which the memory voted gets the same-language memory rule when one is given
 (``abstention_rule_memory``). A memory rule that weighs ``memory_unanswered`` applies only where the
 memory holds unanswered questions; elsewhere the turn gets the rule it would get without a memory.
+A rule that weighs ``gate`` reads the gate's probability among its evidence instead of stopping behind
+the gate's threshold; where the gate is off or says nothing, the turn gets the next rule.
 
 A turn the rule would answer still abstains when the question asks an amount or a duration and no
 source sentence close to the best states one (``ragbot.chat.answer_kind``, ``answer_kind_margin``):
@@ -56,7 +60,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ragbot.chat.events import ChatRequest, Selection
-from ragbot.chat.pair_gate import best_probability, configured_gate
+from ragbot.chat.pair_gate import PairGate, best_probability, configured_gate
 from ragbot.chat.quote import TurnSentences
 from ragbot.chat.schemas import Source
 from ragbot.prompts import PromptDocument, detect_language
@@ -140,6 +144,7 @@ class Evidence:
     memory_best: float = 0.0
     memory_agree: float = 0.0
     memory_unanswered: float = 0.0
+    gate: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """The features by name, rounded for debug and reports."""
@@ -259,6 +264,7 @@ class AbstentionRule:
     memory_best: float = 0.0
     memory_agree: float = 0.0
     memory_unanswered: float = 0.0
+    gate: float = 0.0
     threshold: float = -math.inf
 
     def score(self, ev: Evidence) -> float:
@@ -277,6 +283,7 @@ class AbstentionRule:
             + self.memory_best * ev.memory_best
             + self.memory_agree * ev.memory_agree
             + self.memory_unanswered * ev.memory_unanswered
+            + self.gate * ev.gate
         )
 
 
@@ -335,20 +342,23 @@ def rule_for(ev: Evidence, rule: AbstentionRule, cross_language: AbstentionRule 
     return cross_language if cross_language is not None and ev.cross_language else rule
 
 
-def turn_rule(ev: Evidence, debug: Mapping[str, Any], settings: ChatSettings) -> AbstentionRule:
+def turn_rule(
+    ev: Evidence, debug: Mapping[str, Any], settings: ChatSettings, *, gate: bool = True
+) -> AbstentionRule:
     """The rule given for what the turn searched, the most specific first: a same-language turn the
     question memory voted on gets the same-language memory rule; a cross-language turn searched with a
     tuned encoder the cross-language memory rule (when the memory voted) or the tuned rule; any other
     turn the rule of its language pair (``rule_for``). A rule set to None falls back to the next, and so
-    does a memory rule that weighs ``memory_unanswered`` when the memory holds no unanswered question."""
+    does a memory rule that weighs ``memory_unanswered`` when the memory holds no unanswered question,
+    or ``gate`` when ``gate`` says the gate's probability is not to be had."""
     if (
         ev.cross_language
         and settings.abstention_rule_cross_language_tuned is not None
         and searched_tuned(debug)
     ):
-        memory_rule = _memory_rule(settings.abstention_rule_cross_language_memory, debug)
+        memory_rule = _memory_rule(settings.abstention_rule_cross_language_memory, debug, gate=gate)
         return memory_rule or AbstentionRule(**settings.abstention_rule_cross_language_tuned)
-    same_memory = _memory_rule(settings.abstention_rule_memory, debug)
+    same_memory = _memory_rule(settings.abstention_rule_memory, debug, gate=gate)
     if not ev.cross_language and same_memory is not None:
         return same_memory
     cross = settings.abstention_rule_cross_language
@@ -357,13 +367,17 @@ def turn_rule(ev: Evidence, debug: Mapping[str, Any], settings: ChatSettings) ->
     )
 
 
-def _memory_rule(weights: Mapping[str, float] | None, debug: Mapping[str, Any]) -> AbstentionRule | None:
-    """A memory rule for the turn: given, the memory voted, and it knows unanswered questions when the
-    rule weighs them; else None."""
+def _memory_rule(
+    weights: Mapping[str, float] | None, debug: Mapping[str, Any], *, gate: bool
+) -> AbstentionRule | None:
+    """A memory rule for the turn: given, the memory voted, it knows unanswered questions when the rule
+    weighs them, and the gate's probability is to be had when it weighs that; else None."""
     if weights is None or not remembered(debug):
         return None
     rule = AbstentionRule(**weights)
-    return None if rule.memory_unanswered and not knows_unanswered(debug) else rule
+    if (rule.memory_unanswered and not knows_unanswered(debug)) or (rule.gate and not gate):
+        return None
+    return rule
 
 
 def decide(ev: Evidence, rule: AbstentionRule) -> Decision:
@@ -412,20 +426,20 @@ async def assess(
     )
     if ev is None:
         return None
-    decision = decide(ev, turn_rule(ev, debug, settings))
+    gate = configured_gate(settings)
+    rule = turn_rule(ev, debug, settings, gate=gate is not None)
+    probability: float | None = None
+    if gate is not None and rule.gate:
+        probability = await _probability(gate, request, selection, sentences, debug, ev)
+        if probability is None:
+            rule = turn_rule(ev, debug, settings, gate=False)
+        else:
+            ev = replace(ev, gate=probability)
+    decision = replace(decide(ev, rule), gate=probability)
     if not decision.answer:
         return decision
-    gate = configured_gate(settings)
-    if gate is not None:
-        documents, scores = searched_order(selection, debug)
-        probability = await best_probability(
-            retriever=sentences.retriever,
-            gate=gate,
-            question=request.question,
-            documents=documents,
-            scores=scores,
-            cross_language=bool(ev.cross_language),
-        )
+    if gate is not None and not rule.gate:
+        probability = await _probability(gate, request, selection, sentences, debug, ev)
         decision = replace(decision, gate=probability)
         bar = gate.threshold(bool(ev.cross_language), tuned=searched_tuned(debug))
         if probability is not None and probability < bar:
@@ -433,6 +447,26 @@ async def assess(
     if not await sentences.states_kind():
         return replace(decision, answer=False, reason="answer_kind")
     return decision
+
+
+async def _probability(
+    gate: PairGate,
+    request: ChatRequest,
+    selection: Selection,
+    sentences: TurnSentences,
+    debug: Mapping[str, Any],
+    ev: Evidence,
+) -> float | None:
+    """The gate's probability for the turn's best paragraph, in the order the search alone ranked them."""
+    documents, scores = searched_order(selection, debug)
+    return await best_probability(
+        retriever=sentences.retriever,
+        gate=gate,
+        question=request.question,
+        documents=documents,
+        scores=scores,
+        cross_language=bool(ev.cross_language),
+    )
 
 
 def related_answer(not_found: str, language: str, sources: Sequence[Source]) -> tuple[str, list[Source]]:
