@@ -23,6 +23,10 @@ measures the same-language rule refitted with the memory's features beside its c
 (``FEATURES_SAME``) against the shipped one (``bench/results/memory_rule_he.json``); the rule written
 is the candidate for ``ABSTENTION_RULE_MEMORY``, the rule of a Hebrew turn the memory voted on.
 
+``--gate-off`` collects with the gate's thresholds off too: the shipped and refitted rules are then
+measured behind the gate's bar for the language pair (``gated``), and the rule written weighs the gate's
+probability instead (``gate``, ``…_memory_gate``; ``ragbot.chat.answerability``).
+
 Not part of ``make bench`` (about 28 minutes on 2 cores); ``--from-turns`` refits in seconds.
 """
 
