@@ -8,7 +8,7 @@ import asyncio
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -235,15 +235,26 @@ def test_a_memory_rule_that_weighs_the_gate_reads_its_probability_instead_of_its
     answers = {"bias": 1.0, "threshold": 0.0}
     weighs_gate = {"bias": -0.5, "gate": 1.0, "threshold": 0.0}  # answers at a probability of 0.5 or more
 
-    def decision(bias: float, model: str = "m", enabled: bool = True) -> dict[str, Any]:
+    def decision(
+        question: str,
+        language: Literal["he", "en"],
+        bias: float,
+        *,
+        model: str = "m",
+        enabled: bool = True,
+        memory_rule: dict[str, float] = weighs_gate,
+    ) -> dict[str, Any]:
         path = tmp_path / f"gate-{bias}-{model}.json"
         # every paragraph's probability is sigmoid(bias); the threshold alone would stop every turn
-        gate = PairGate(np.zeros(WIDTH), bias, {"same_language": 0.9}, model)
+        gate = PairGate(np.zeros(WIDTH), bias, {"same_language": 0.9, "cross_language": 0.9}, model)
         path.write_text(json.dumps(gate.as_json()), encoding="utf-8")
         settings = ChatSettings(
             _env_file=None,
             abstention_rule=answers,
-            abstention_rule_memory=weighs_gate,
+            abstention_rule_cross_language=answers,
+            abstention_rule_cross_language_tuned=answers,
+            abstention_rule_memory=memory_rule,
+            abstention_rule_cross_language_memory=memory_rule,
             abstention_branches=[],
             abstention_gate_path=path,
             abstention_gate_enabled=enabled,
@@ -255,26 +266,30 @@ def test_a_memory_rule_that_weighs_the_gate_reads_its_probability_instead_of_its
             prompts=PromptLibrary(),
             settings=settings,
         )
-        request = ChatRequest(question="מי זכאי לחופשה שנתית?", mode="quote", language="he")
+        request = ChatRequest(question=question, mode="quote", language=language)
 
         async def collect() -> list[ChatEvent]:
             return [e async for e in pipeline.run(request)]
 
         return asyncio.run(collect())[0].debug["answerability"]  # type: ignore[union-attr,no-any-return]
 
-    likely = decision(1.0)  # sigmoid(1) = 0.731: under the threshold, but the rule answers
-    assert likely["answer"] is True and likely["reason"] == "rule"
-    assert likely["evidence"]["gate"] == pytest.approx(0.731059, abs=1e-6) == likely["gate"]
-    unlikely = decision(-1.0)  # 0.269: the rule abstains, on its own score
-    assert unlikely["answer"] is False and unlikely["reason"] == "rule"
-    assert unlikely["score"] == pytest.approx(-0.5 + 0.268941, abs=1e-6)
-    # a gate that says nothing (another model's), or none: the next rule decides, with no gate evidence
-    silent = decision(1.0, model="other")
-    assert silent["answer"] is True and silent["score"] == 1.0 and silent["evidence"]["gate"] == 0.0
-    off = decision(-1.0, enabled=False)
-    assert off["answer"] is True and off["score"] == 1.0 and off["gate"] is None
-    # the rule without the gate's weight: the same turn stops behind the threshold
-    weighs_gate.pop("gate")
-    weighs_gate["bias"] = 1.0
-    behind = decision(1.0)
-    assert behind["answer"] is False and behind["reason"] == "gate"
+    asked: list[tuple[str, Literal["he", "en"]]] = [
+        ("מי זכאי לחופשה שנתית?", "he"),
+        ("Who gets annual leave?", "en"),
+    ]
+    for question, language in asked:
+        likely = decision(question, language, 1.0)  # sigmoid(1) = 0.731: under the bar, the rule answers
+        assert likely["answer"] is True and likely["reason"] == "rule", language
+        assert likely["evidence"]["gate"] == pytest.approx(0.731059, abs=1e-6) == likely["gate"]
+        assert likely["evidence"]["cross_language"] == float(language == "en")
+        unlikely = decision(question, language, -1.0)  # 0.269: the rule abstains, on its own score
+        assert unlikely["answer"] is False and unlikely["reason"] == "rule"
+        assert unlikely["score"] == pytest.approx(-0.5 + 0.268941, abs=1e-6)
+        # a gate that says nothing (another model's), or none: the next rule decides, no gate evidence
+        silent = decision(question, language, 1.0, model="other")
+        assert silent["answer"] is True and silent["score"] == 1.0 and silent["evidence"]["gate"] == 0.0
+        off = decision(question, language, -1.0, enabled=False)
+        assert off["answer"] is True and off["score"] == 1.0 and off["gate"] is None
+        # a memory rule without the gate's weight: the same turn stops behind the bar
+        behind = decision(question, language, 1.0, memory_rule=answers)
+        assert behind["answer"] is False and behind["reason"] == "gate"
