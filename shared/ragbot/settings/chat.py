@@ -103,19 +103,21 @@ ABSTENTION_RULE_CROSS_LANGUAGE_TUNED: dict[str, float] = {
     "threshold": -0.395403,
 }
 # For a tuned cross-language turn on which the question memory voted (make run's): bench/answers/
-# memory_rule.py fitted it on the out-of-fold English turns of the 42 read question files (bench/results/
-# memory_rule.json): the tuned rule's features and the memory's, the nearest unanswered question's
-# cosine among them; it passed the check on fresh43-fresh44 (docs/benchmarks.md).
+# memory_rule.py --gate-off fitted it on the out-of-fold English turns of the 46 read question files
+# (bench/results/memory_rule.json): the tuned rule's features, the memory's (the nearest unanswered
+# question's cosine among them) and the gate's probability, which it weighs instead of stopping
+# behind the gate's bar; it passed the check on fresh47-fresh48 (docs/benchmarks.md).
 ABSTENTION_RULE_CROSS_LANGUAGE_MEMORY: dict[str, float] = {
-    "bias": -47.255255,
-    "dense_top": 23.248007,
-    "tuned_top": 2.350135,
-    "sentence_top": 9.881985,
-    "coverage": 6.726011,
-    "memory_best": 88.639657,
-    "memory_agree": 0.726488,
-    "memory_unanswered": -70.190967,
-    "threshold": 0.538094,
+    "bias": -48.601066,
+    "dense_top": 33.247884,
+    "tuned_top": 3.570526,
+    "sentence_top": 3.255802,
+    "coverage": 3.242213,
+    "memory_best": 79.959672,
+    "memory_agree": 0.841549,
+    "memory_unanswered": -64.838666,
+    "gate": 2.867156,
+    "threshold": 0.199171,
 }
 # For a same-language (Hebrew) turn on which the question memory voted (make run's): bench/answers/
 # memory_rule.py --language he --gate-off fitted it on the out-of-fold Hebrew turns of the 44 read
