@@ -429,9 +429,10 @@ async def assess(
     gate = configured_gate(settings)
     rule = turn_rule(ev, debug, settings, gate=gate is not None)
     probability: float | None = None
-    asked = False  # the gate's probability is asked of the retriever once a turn, silent or not
-    if gate is not None and rule.gate:
-        probability, asked = await _probability(gate, request, selection, sentences, debug, ev), True
+    # a rule that weighs the gate reads its probability as evidence; any other turn meets the gate's bar
+    weighs_gate = bool(rule.gate)
+    if gate is not None and weighs_gate:
+        probability = await _probability(gate, request, selection, sentences, debug, ev)
         if probability is None:
             rule = turn_rule(ev, debug, settings, gate=False)
         else:
@@ -439,9 +440,8 @@ async def assess(
     decision = replace(decide(ev, rule), gate=probability)
     if not decision.answer:
         return decision
-    if gate is not None and not rule.gate:
-        if not asked:
-            probability = await _probability(gate, request, selection, sentences, debug, ev)
+    if gate is not None and not weighs_gate:
+        probability = await _probability(gate, request, selection, sentences, debug, ev)
         decision = replace(decision, gate=probability)
         bar = gate.threshold(bool(ev.cross_language), tuned=searched_tuned(debug))
         if probability is not None and probability < bar:
