@@ -64,8 +64,8 @@ SAMPLES = ROOT / "samples" / "kolzchut" / "pages.jsonl"
 # and its Hebrew ones too (TUNED_SCRIPTS) since the check on the thirty-fifth and thirty-sixth.
 TUNED_QUERIES = ROOT / "samples" / "kolzchut" / "e5-queries.npz"
 # Kol-Zchut's answered questions (`ragbot remember-questions`) vote for pages, as the check on the
-# twenty-second to twenty-fourth question sets decided, refitted on 52 read sets, with their unanswered
-# questions, after the check on the fifty-third and fifty-fourth (docs/benchmarks.md).
+# twenty-second to twenty-fourth question sets decided, refitted on 58 read sets, with their unanswered
+# questions, after the check on the fifty-ninth and sixtieth (docs/benchmarks.md).
 QUESTION_MEMORY = ROOT / "samples" / "kolzchut" / "question-memory.npz"
 START_TIMEOUT_S = 300.0
 INDEX_TIMEOUT_S = 600.0
